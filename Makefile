@@ -1,0 +1,42 @@
+# Tidemark: `make demo` runs the main job on a local stack, `make test` runs the suite.
+# Both build the virtualenv and fetch the JVM artifacts (Kafka broker, Spark's Kafka
+# connector) through Maven into ~/.cache/tidemark on first use.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+STATE  ?= $(CURDIR)/.tidemark
+PYTEST_ARGS ?=
+
+.PHONY: install jars test demo soak bench clean down
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "python3.11 not found: install Python 3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[spark,test]'
+	@touch $@
+
+install: $(STAMP)
+
+jars: $(STAMP)
+	@$(PY) -m log.jvm
+
+test: install jars
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+soak: install jars
+	$(PY) -m pytest -m soak -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: install jars
+	@TIDEMARK_STATE_DIR=$(STATE) bash scripts/demo.sh
+
+bench: install jars
+	@TIDEMARK_STATE_DIR=$(STATE) bash scripts/bench.sh
+
+down:
+	@test -x $(VENV)/bin/tidemark && TIDEMARK_STATE_DIR=$(STATE) $(VENV)/bin/tidemark local down || true
+
+clean: down
+	rm -rf $(VENV) $(STATE) .pytest_cache

@@ -1,0 +1,25 @@
+"""Kafka access for Tidemark: settings, topics, codec, producer/consumer, local cluster."""
+
+from log.codec import MARKER, Codec, Decoded, default_codec, schema_fingerprint
+from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter
+from log.exceptions import (BadMarkerError, ClusterLaunchError, CodecError, ConfigError,
+                            DeliveryError, JvmSetupError, LogError, OversizedMessageError,
+                            TidemarkError, TruncatedRecordError, UnderReplicatedError,
+                            UnknownFingerprintError, UnknownSchemaError)
+from log.offsets import delete_records, end_offsets, log_start_offsets, watermarks
+from log.partitioner import murmur2, partition_for, partition_for_peer
+from log.producer import LogProducer
+from log.settings import TOPICS, Settings, default_state_dir, load_settings
+from log.topics import check_replication, describe_topics, ensure_topics, topic_specs
+
+__all__ = [
+    "MARKER", "Codec", "Decoded", "default_codec", "schema_fingerprint",
+    "DeadLetterWriter", "LogConsumer", "decode_or_deadletter", "LogProducer",
+    "delete_records", "end_offsets", "log_start_offsets", "watermarks",
+    "murmur2", "partition_for", "partition_for_peer",
+    "TOPICS", "Settings", "default_state_dir", "load_settings",
+    "check_replication", "describe_topics", "ensure_topics", "topic_specs",
+    "TidemarkError", "ConfigError", "CodecError", "BadMarkerError", "UnknownFingerprintError",
+    "TruncatedRecordError", "UnknownSchemaError", "LogError", "DeliveryError",
+    "OversizedMessageError", "UnderReplicatedError", "ClusterLaunchError", "JvmSetupError",
+]

@@ -1,0 +1,130 @@
+"""Avro single-object encoding: C3 01, the 8-byte CRC-64-AVRO fingerprint, the binary body."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+import schemas
+from log.exceptions import (BadMarkerError, CodecError, TruncatedRecordError,
+                            UnknownFingerprintError, UnknownSchemaError)
+
+__all__ = ["MARKER", "Decoded", "Codec", "default_codec", "schema_fingerprint"]
+
+MARKER = b"\xc3\x01"
+_HEADER = len(MARKER) + 8
+
+
+def schema_fingerprint(parsed: Mapping[str, Any]) -> bytes:
+    """The 8-byte little-endian CRC-64-AVRO fingerprint of a parsed schema."""
+    hex_digest = fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")
+    return bytes.fromhex(hex_digest)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded value: the short schema name (``Send``, ``Ack`` ...) and the record."""
+
+    name: str
+    record: dict[str, Any]
+
+
+class Codec:
+    """Encodes and decodes records; knows every writer schema by its fingerprint.
+
+    The current schemas from ``schemas/`` are both writer and reader schemas. Older writer
+    schemas can be registered with :meth:`register_writer`; records they wrote are read into
+    the current reader schema of the same name (Avro schema resolution).
+    """
+
+    def __init__(self, schema_json: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._named: dict[str, dict[str, Any]] = {}
+        self._named_fp: dict[str, bytes] = {}
+        self._headers: dict[str, bytes] = {}
+        self._writers: dict[bytes, tuple[str, dict[str, Any]]] = {}
+        named_schemas: dict[str, Any] = {}
+        for name, js in (schema_json or schemas.load_all()).items():
+            parsed = parse_schema(dict(js), named_schemas=named_schemas)
+            fp = schema_fingerprint(parsed)
+            self._named[name] = parsed
+            self._named_fp[name] = fp
+            self._headers[name] = MARKER + fp
+            self._writers[fp] = (name, parsed)
+
+    @property
+    def names(self) -> list[str]:
+        """Short names of the current schemas."""
+        return list(self._named)
+
+    def fingerprint_of(self, name: str) -> bytes:
+        """The fingerprint of the current schema called ``name``."""
+        try:
+            return self._named_fp[name]
+        except KeyError:
+            raise UnknownSchemaError(f"no schema named {name!r}") from None
+
+    def register_writer(self, name: str, schema_json: Mapping[str, Any]) -> bytes:
+        """Accept records written with an older (or newer) version of schema ``name``."""
+        if name not in self._named:
+            raise UnknownSchemaError(f"no schema named {name!r}")
+        parsed = parse_schema(dict(schema_json), _write_hint=False)
+        fp = schema_fingerprint(parsed)
+        self._writers[fp] = (name, parsed)
+        return fp
+
+    def encode(self, name: str, record: Mapping[str, Any]) -> bytes:
+        """The single-object encoding of ``record`` with the current schema ``name``."""
+        try:
+            header = self._headers[name]
+        except KeyError:
+            raise UnknownSchemaError(f"no schema named {name!r}") from None
+        buf = io.BytesIO()
+        buf.write(header)
+        try:
+            schemaless_writer(buf, self._named[name], record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CodecError(f"cannot encode {name}: {exc}") from exc
+        return buf.getvalue()
+
+    def decode(self, data: bytes | None) -> Decoded:
+        """Decode a value; raises a :class:`CodecError` subclass on any bad input."""
+        if data is None or len(data) < _HEADER:
+            if data is not None and data[:2] == MARKER[: len(data[:2])] and len(data) >= 2:
+                raise TruncatedRecordError(f"value of {len(data)} bytes ends inside the header")
+            raise BadMarkerError("value is not Avro single-object encoded (no C3 01 marker)")
+        if data[:2] != MARKER:
+            raise BadMarkerError(f"bad marker {data[:2].hex()}, expected c301")
+        fp = bytes(data[2:_HEADER])
+        try:
+            name, writer = self._writers[fp]
+        except KeyError:
+            raise UnknownFingerprintError(fp) from None
+        buf = io.BytesIO(data)
+        buf.seek(_HEADER)
+        reader = self._named[name]
+        try:
+            if writer is reader:
+                record = schemaless_reader(buf, writer, None)
+            else:
+                record = schemaless_reader(buf, writer, reader)
+        except Exception as exc:  # fastavro raises EOFError, ValueError, UnicodeDecodeError...
+            raise TruncatedRecordError(f"corrupt or truncated {name} body: {exc!r}") from exc
+        if buf.tell() != len(data):
+            raise TruncatedRecordError(
+                f"{len(data) - buf.tell()} trailing bytes after the {name} body")
+        return Decoded(name, record)  # type: ignore[arg-type]
+
+
+_DEFAULT: Codec | None = None
+
+
+def default_codec() -> Codec:
+    """A process-wide codec over ``schemas/`` (built once)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Codec()
+    return _DEFAULT

@@ -1,0 +1,98 @@
+"""Consumers that assign partitions themselves and read in batches; dead-letter routing."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from log.codec import Codec, Decoded, default_codec
+from log.exceptions import CodecError, LogError
+from log.producer import LogProducer
+from log.settings import Settings
+
+__all__ = ["LogConsumer", "DeadLetterWriter", "decode_or_deadletter"]
+
+_FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+class LogConsumer:
+    """Manual-assignment consumer (no group commits): positions belong to the caller."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None, **conf: Any) -> None:
+        self.settings = settings
+        self.codec = codec or default_codec()
+        self._consumer = Consumer(settings.consumer_config(**conf))
+
+    def assign(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Assign ``{(logical_topic, partition): next_offset}``; a negative offset means the
+        log start (-2, OFFSET_BEGINNING) or end (-1, OFFSET_END)."""
+        self._consumer.assign([TopicPartition(self.settings.topic(t), p, o)
+                               for (t, p), o in positions.items()])
+
+    def seek(self, logical_topic: str, partition: int, offset: int) -> None:
+        """Move an assigned partition's position."""
+        self._consumer.seek(TopicPartition(self.settings.topic(logical_topic), partition, offset))
+
+    def consume_batch(self, max_records: int = 10000, timeout: float = 0.5) -> list[Message]:
+        """Up to ``max_records`` records; transient errors are skipped, fatal ones raised."""
+        msgs = self._consumer.consume(max_records, timeout)
+        out = []
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                out.append(msg)
+            elif err.code() in _FATAL_CODES or err.fatal():
+                raise LogError(f"consumer error: {err.str()}")
+        return out
+
+    def decode(self, msg: Message) -> Decoded:
+        """Decode a record's value (raises :class:`CodecError`)."""
+        return self.codec.decode(msg.value())
+
+    def close(self) -> None:
+        """Leave without committing anything."""
+        self._consumer.close()
+
+    @property
+    def raw(self) -> Consumer:
+        """The underlying confluent_kafka consumer."""
+        return self._consumer
+
+    def __enter__(self) -> "LogConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DeadLetterWriter:
+    """Copies a record it cannot process to ``deadletter`` with the reason in headers."""
+
+    def __init__(self, producer: LogProducer, source: str) -> None:
+        self.producer = producer
+        self.source = source
+        self.count = 0
+
+    def send(self, msg: Message, reason: str) -> None:
+        """Append ``msg``'s key and original bytes to the dead-letter topic."""
+        headers = [("tidemark.reason", reason.encode()[:1000]),
+                   ("tidemark.source", self.source.encode()),
+                   ("tidemark.topic", (msg.topic() or "").encode()),
+                   ("tidemark.partition", str(msg.partition()).encode()),
+                   ("tidemark.offset", str(msg.offset()).encode())]
+        self.producer.produce_raw(self.producer.topic("deadletter"), msg.key(), msg.value(),
+                                  headers=headers)
+        self.count += 1
+
+
+def decode_or_deadletter(consumer: LogConsumer, msgs: list[Message],
+                         deadletter: DeadLetterWriter) -> Iterator[tuple[Message, Decoded]]:
+    """Decode each message; undecodable ones go to ``deadletter`` and are skipped."""
+    decode = consumer.codec.decode
+    for msg in msgs:
+        try:
+            yield msg, decode(msg.value())
+        except CodecError as exc:
+            deadletter.send(msg, str(exc))

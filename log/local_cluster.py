@@ -1,0 +1,269 @@
+"""The local stack: a KRaft Kafka cluster from the Maven jars, plus any replica nodes and the
+Spark job, all on loopback under one state folder.
+
+``state.json`` in the folder records the bootstrap string and, per process, its kind, command
+line, address and pid, so ``up`` again restarts only what is missing and ``down``/``kill``
+act by pid. Every recorded command line contains the state folder, which guards against pid
+reuse. With ``TIDEMARK_BOOTSTRAP`` set, no broker is started: the existing cluster is used.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from confluent_kafka.admin import AdminClient
+
+from log import jvm
+from log.exceptions import ClusterLaunchError
+from log.processes import free_ports, is_alive, kill9, start_detached, terminate, wait_port
+from log.settings import Settings, default_state_dir, load_settings
+from log.topics import ensure_topics
+
+__all__ = ["ProcessSpec", "LocalStack"]
+
+log = logging.getLogger(__name__)
+
+_LOG4J2 = """status = error
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+"""
+
+
+@dataclass
+class ProcessSpec:
+    """A process of the stack. ``argv`` must mention the state folder (the pid-reuse guard)."""
+
+    name: str
+    kind: str  # broker | replica | spark
+    argv: list[str]
+    address: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    ready_port: int | None = None
+    pid: int | None = None
+
+
+class LocalStack:
+    """Start, inspect and stop the local stack kept in ``state_dir``."""
+
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None) -> None:
+        self.state_dir = Path(state_dir).resolve() if state_dir else default_state_dir()
+        self.state_file = self.state_dir / "state.json"
+        self.state: dict[str, Any] = self._load()
+
+    # ---- state -----------------------------------------------------------------------------
+    def _load(self) -> dict[str, Any]:
+        if not self.state_file.exists():
+            return {"bootstrap": "", "processes": {}}
+        try:
+            state = json.loads(self.state_file.read_text())
+            state.setdefault("processes", {})
+            return state
+        except ValueError:
+            raise ClusterLaunchError(f"{self.state_file} is corrupt; remove the folder "
+                                     f"{self.state_dir} after stopping its processes") from None
+
+    def _save(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+
+    @property
+    def marker(self) -> str:
+        """The string every command line of this stack contains."""
+        return str(self.state_dir)
+
+    def processes(self, kind: str | None = None) -> list[ProcessSpec]:
+        """Recorded processes, optionally of one kind, in start order."""
+        specs = [ProcessSpec(**p) for p in self.state["processes"].values()]
+        return [s for s in specs if kind is None or s.kind == kind]
+
+    def alive(self, spec: ProcessSpec) -> bool:
+        """Whether the recorded pid of ``spec`` still runs."""
+        return is_alive(spec.pid, self.marker)
+
+    def settings(self) -> Settings:
+        """Settings pointing at this stack's cluster."""
+        return load_settings(state_dir=self.state_dir)
+
+    # ---- processes -------------------------------------------------------------------------
+    def ensure(self, spec: ProcessSpec, timeout_s: float = 90.0, wait: bool = True) -> ProcessSpec:
+        """Start ``spec`` unless a live process of that name is recorded; waits for its port."""
+        if self.marker not in " ".join(spec.argv):
+            raise ClusterLaunchError(f"{spec.name}: command line must mention {self.marker}")
+        known = self.state["processes"].get(spec.name)
+        if known and is_alive(known.get("pid"), self.marker):
+            return ProcessSpec(**known)
+        env = {**os.environ, **spec.env}
+        spec.pid = start_detached(spec.argv, self.state_dir / "logs" / f"{spec.name}.log", env)
+        self.state["processes"][spec.name] = asdict(spec)
+        self._save()
+        if wait:
+            self.wait_ready(spec, time.monotonic() + timeout_s)
+        return spec
+
+    def wait_ready(self, spec: ProcessSpec, deadline: float) -> None:
+        """Wait until ``spec`` serves on its ready port."""
+        if spec.ready_port and not wait_port(spec.ready_port, deadline, spec.pid):
+            raise ClusterLaunchError(
+                f"{spec.name} did not start serving on port {spec.ready_port}; see "
+                f"{self.state_dir / 'logs' / (spec.name + '.log')}")
+
+    def kill(self, name: str) -> int:
+        """SIGKILL one process by name (a fault drill); returns its pid."""
+        known = self.state["processes"].get(name)
+        if not known:
+            names = ", ".join(self.state["processes"]) or "none"
+            raise ClusterLaunchError(f"no process named {name!r} (known: {names})")
+        pid = known.get("pid")
+        if not is_alive(pid, self.marker):
+            raise ClusterLaunchError(f"{name} is not running")
+        kill9(pid)
+        return pid
+
+    def down(self, grace_s: float = 20.0) -> list[str]:
+        """Stop everything this stack started: non-brokers first, then brokers."""
+        specs = self.processes()
+        order = [s for s in specs if s.kind != "broker"], [s for s in specs if s.kind == "broker"]
+        stopped = []
+        for group in order:
+            terminate([s.pid for s in group if s.pid], self.marker, grace_s)
+            stopped += [s.name for s in group]
+        return stopped
+
+    # ---- brokers ---------------------------------------------------------------------------
+    def _broker_specs(self, count: int) -> list[ProcessSpec]:
+        existing = self.processes("broker")
+        if existing:
+            return existing
+        ports = free_ports(2 * count)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(count))
+        jars = jvm.ensure_jars("kafka")
+        java = jvm.java_binary()
+        (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
+        specs = []
+        for i in range(count):
+            node, port, cport = i + 1, ports[2 * i], ports[2 * i + 1]
+            folder = self.state_dir / f"broker-{node}"
+            folder.mkdir(parents=True, exist_ok=True)
+            props = folder / "server.properties"
+            props.write_text(_server_properties(node, port, cport, voters, folder, count))
+            base = [java, "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                    "-Djava.awt.headless=true",
+                    f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+                    f"-Dkafka.logs.dir={folder / 'logs'}", "-cp", f"{jars}/*"]
+            _run_checked(base + ["kafka.tools.StorageTool", "format", "-t", cluster_id,
+                                 "-c", str(props), "--ignore-formatted"], f"format broker-{node}")
+            specs.append(ProcessSpec(name=f"broker-{node}", kind="broker",
+                                     argv=base + ["kafka.Kafka", str(props)],
+                                     address=f"127.0.0.1:{port}", ready_port=port))
+        self.state["cluster_id"] = cluster_id
+        self.state["bootstrap"] = ",".join(s.address for s in specs)
+        return specs
+
+    def up(self, brokers: int = 3, extra: Iterable[Callable[["LocalStack"], list[ProcessSpec]]] = (),
+           timeout_s: float = 120.0, progress: Callable[[str], None] = lambda m: None) -> dict:
+        """Start what is missing, wait until the cluster serves, create the topics."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        external = os.environ.get("TIDEMARK_BOOTSTRAP")
+        if external and not self.processes("broker"):
+            self.state["bootstrap"] = external
+            self.state["external"] = True
+        else:
+            specs = self._broker_specs(brokers)
+            self._save()
+            # The quorum needs every controller, so start all brokers before waiting on any.
+            started = []
+            for spec in specs:
+                before = spec.pid
+                spec = self.ensure(spec, timeout_s, wait=False)
+                progress(f"{spec.name} on {spec.address}: "
+                         + ("already running" if spec.pid == before else f"started (pid {spec.pid})"))
+                started.append(spec)
+            deadline = time.monotonic() + timeout_s
+            for spec in started:
+                self.wait_ready(spec, deadline)
+            self._wait_brokers(len(specs), time.monotonic() + timeout_s)
+        self._save()
+        progress("creating topics")
+        ensure_topics(self.settings(), timeout_s=timeout_s)
+        for plan in extra:
+            for spec in plan(self):
+                progress(f"starting {spec.name}")
+                self.ensure(spec, timeout_s)
+        return self.status()
+
+    def _wait_brokers(self, count: int, deadline: float) -> None:
+        admin = AdminClient({"bootstrap.servers": self.state["bootstrap"]})
+        seen = 0
+        while time.monotonic() < deadline:
+            try:
+                md = admin.list_topics(timeout=2)
+                seen = len(md.brokers)
+                if seen >= count and md.controller_id >= 0:
+                    return
+            except Exception:  # the cluster is still coming up
+                pass
+            time.sleep(0.3)
+        raise ClusterLaunchError(f"only {seen} of {count} brokers registered before the deadline;"
+                                 f" see {self.state_dir / 'logs'}")
+
+    def status(self) -> dict[str, Any]:
+        """The documented JSON shape: bootstrap, state_dir, brokers, replicas, spark."""
+        def row(spec: ProcessSpec, ident: Any) -> dict[str, Any]:
+            return {"id": ident, "address": spec.address, "pid": spec.pid, "up": self.alive(spec)}
+
+        spark = [s for s in self.processes("spark")]
+        return {
+            "bootstrap": self.state.get("bootstrap", ""),
+            "state_dir": str(self.state_dir),
+            "brokers": [row(s, int(s.name.split("-")[1])) for s in self.processes("broker")],
+            "replicas": [row(s, s.name) for s in self.processes("replica")],
+            "spark": ({"pid": spark[0].pid, "up": self.alive(spark[0])} if spark else None),
+        }
+
+
+def _server_properties(node: int, port: int, cport: int, voters: str, folder: Path,
+                       count: int) -> str:
+    rf = min(3, count)
+    return "\n".join([
+        "process.roles=broker,controller", f"node.id={node}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={folder / 'data'}", "num.partitions=1",
+        f"default.replication.factor={rf}", f"min.insync.replicas={min(2, rf)}",
+        f"offsets.topic.replication.factor={rf}", "offsets.topic.num.partitions=3",
+        f"transaction.state.log.replication.factor={rf}",
+        f"transaction.state.log.min.isr={min(2, rf)}",
+        "unclean.leader.election.enable=false", "auto.create.topics.enable=false",
+        "group.initial.rebalance.delay.ms=0", "num.network.threads=2", "num.io.threads=4",
+        "num.recovery.threads.per.data.dir=1", "background.threads=4",
+        "broker.heartbeat.interval.ms=500", "broker.session.timeout.ms=4000",
+        "replica.lag.time.max.ms=6000", "log.cleaner.threads=1",
+        "log.cleaner.backoff.ms=2000", "share.coordinator.state.topic.replication.factor=" + str(rf),
+        "share.coordinator.state.topic.min.isr=" + str(min(2, rf)), "",
+    ])
+
+
+def _run_checked(argv: list[str], what: str) -> None:
+    import subprocess
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["(no output)"]
+        raise ClusterLaunchError(f"{what} failed: {lines[-1][:300]}")

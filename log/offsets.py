@@ -1,0 +1,56 @@
+"""Watermark lookups and record deletion (advancing the log start)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from log.exceptions import LogError
+from log.settings import Settings
+
+__all__ = ["watermarks", "end_offsets", "log_start_offsets", "delete_records"]
+
+
+def watermarks(settings: Settings, logical_topic: str, partitions: Iterable[int] | None = None,
+               timeout: float = 10.0) -> dict[int, tuple[int, int]]:
+    """``{partition: (log_start, high_watermark)}`` for a logical topic."""
+    topic = settings.topic(logical_topic)
+    consumer = Consumer(settings.consumer_config())
+    try:
+        if partitions is None:
+            md = consumer.list_topics(topic, timeout=timeout)
+            if topic not in md.topics or md.topics[topic].error is not None:
+                raise LogError(f"topic {topic} does not exist")
+            partitions = sorted(md.topics[topic].partitions)
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                for p in partitions}
+    finally:
+        consumer.close()
+
+
+def end_offsets(settings: Settings, logical_topic: str,
+                partitions: Iterable[int] | None = None) -> dict[int, int]:
+    """High watermark per partition."""
+    return {p: hi for p, (_, hi) in watermarks(settings, logical_topic, partitions).items()}
+
+
+def log_start_offsets(settings: Settings, logical_topic: str,
+                      partitions: Iterable[int] | None = None) -> dict[int, int]:
+    """Log start offset per partition."""
+    return {p: lo for p, (lo, _) in watermarks(settings, logical_topic, partitions).items()}
+
+
+def delete_records(settings: Settings, logical_topic: str, before: dict[int, int],
+                   timeout: float = 30.0) -> dict[int, int]:
+    """Advance the log start of each partition to ``before[p]``; returns the new starts."""
+    admin = AdminClient(settings.admin_config())
+    topic = settings.topic(logical_topic)
+    futures = admin.delete_records([TopicPartition(topic, p, o) for p, o in before.items()],
+                                   request_timeout=timeout)
+    out = {}
+    for tp, fut in futures.items():
+        result = fut.result()
+        out[tp.partition] = getattr(result, "low_watermark", None) or before[tp.partition]
+    return out

@@ -1,0 +1,111 @@
+"""Processes of the local stack: start detached, check, stop by pid (never by name)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+__all__ = ["free_ports", "start_detached", "is_alive", "terminate", "kill9", "wait_port"]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (held open together, then released)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def start_detached(argv: Sequence[str], log_file: Path, env: Mapping[str, str] | None = None,
+                   cwd: Path | None = None) -> int:
+    """Start ``argv`` in its own session, output appended to ``log_file``; returns the pid."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as out:
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=dict(env) if env is not None else None,
+                                cwd=str(cwd) if cwd else None)
+    return proc.pid
+
+
+def is_alive(pid: int | None, marker: str | None = None) -> bool:
+    """True if ``pid`` runs and (when given) its command line contains ``marker``.
+
+    The marker guards against pid reuse: a recycled pid belongs to someone else.
+    """
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                _reap(pid)
+                return False
+        if marker is not None:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            return marker.encode() in cmdline
+        return True
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except PermissionError:
+        return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def kill9(pid: int) -> None:
+    """SIGKILL the process group of ``pid`` (our processes lead their own group)."""
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+            break
+        except (ProcessLookupError, PermissionError):
+            continue
+    _reap(pid)
+
+
+def terminate(pids: Sequence[int], marker: str | None, grace_s: float = 20.0) -> None:
+    """SIGTERM each live pid, wait up to ``grace_s``, then SIGKILL what is left."""
+    live = [p for p in pids if is_alive(p, marker)]
+    for pid in live:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(is_alive(p, marker) for p in live):
+        time.sleep(0.1)
+    for pid in live:
+        if is_alive(pid, marker):
+            kill9(pid)
+
+
+def wait_port(port: int, deadline: float, pid: int | None = None) -> bool:
+    """Wait until 127.0.0.1:port accepts a connection; False on timeout or if ``pid`` died."""
+    while time.monotonic() < deadline:
+        if pid is not None and not is_alive(pid):
+            return False
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,181 @@
+"""Settings: one TOML file plus TIDEMARK_* environment variables, in one place.
+
+Precedence, lowest first: defaults, the TOML file (``--config`` or ``TIDEMARK_CONFIG``),
+environment variables, then explicit overrides (CLI flags). Kafka client settings under
+``[kafka.client]`` (or ``TIDEMARK_KAFKA_<NAME>`` with ``_`` for ``.``) pass through untouched
+to every producer, consumer, admin client and Spark's Kafka source, so SASL and SSL work.
+When no bootstrap is configured, the local stack's state folder supplies it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from log.exceptions import ConfigError
+
+__all__ = ["Settings", "load_settings", "default_state_dir", "TOPICS"]
+
+#: Logical topic names; the physical name is ``topic_prefix + name``.
+TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
+
+_ENV_KEYS = {
+    "TIDEMARK_BOOTSTRAP": ("bootstrap", str),
+    "TIDEMARK_TOPIC_PREFIX": ("topic_prefix", str),
+    "TIDEMARK_PARTITIONS": ("partitions", int),
+    "TIDEMARK_REPLICATION_FACTOR": ("replication_factor", int),
+    "TIDEMARK_MIN_INSYNC_REPLICAS": ("min_insync_replicas", int),
+    "TIDEMARK_ENVIRONMENT": ("environment", str),
+    "TIDEMARK_MAX_MESSAGE_BYTES": ("max_message_bytes", int),
+}
+_CLIENT_ENV_PREFIX = "TIDEMARK_KAFKA_"
+
+
+def default_state_dir() -> Path:
+    """The local stack's state folder: ``TIDEMARK_STATE_DIR`` or ``./.tidemark``."""
+    return Path(os.environ.get("TIDEMARK_STATE_DIR", ".tidemark")).resolve()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every Kafka-facing component needs to agree on."""
+
+    bootstrap: str = ""
+    topic_prefix: str = "tidemark."
+    partitions: int = 12
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    environment: str = "default"
+    max_message_bytes: int = 1_000_000
+    txlog_retention_ms: int = 30 * 24 * 3600 * 1000
+    queues_delete_retention_ms: int = 24 * 3600 * 1000
+    client: Mapping[str, str] = field(default_factory=dict)
+    source: str = "defaults"
+
+    def topic(self, name: str) -> str:
+        """The physical topic name for a logical one (``txlog`` -> ``tidemark.txlog``)."""
+        return self.topic_prefix + name
+
+    def _base(self) -> dict[str, Any]:
+        if not self.bootstrap:
+            raise ConfigError(
+                "no Kafka bootstrap configured: run `tidemark local up`, set TIDEMARK_BOOTSTRAP,"
+                " or give [kafka] bootstrap in the config file")
+        conf: dict[str, Any] = {"log_level": 3}
+        conf.update(self.client)
+        conf["bootstrap.servers"] = self.bootstrap
+        return conf
+
+    def producer_config(self, **extra: Any) -> dict[str, Any]:
+        """Durable producer settings: acks=all, idempotence, Java-compatible murmur2."""
+        conf = self._base()
+        conf.update({
+            "acks": "all",
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 500000,
+            "compression.type": "lz4",
+            "message.max.bytes": self.max_message_bytes + 4096,
+        })
+        conf.update(extra)
+        return conf
+
+    def consumer_config(self, **extra: Any) -> dict[str, Any]:
+        """Consumer settings for manual assignment (no consumer group commits)."""
+        conf = self._base()
+        conf.update({
+            "group.id": "tidemark-unused",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 50,
+            "isolation.level": "read_committed",
+        })
+        conf.update(extra)
+        return conf
+
+    def admin_config(self) -> dict[str, Any]:
+        """Admin client settings."""
+        return self._base()
+
+    def with_overrides(self, **values: Any) -> "Settings":
+        """A copy with the non-None values replaced."""
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be {kind.__name__}, got {value!r}") from None
+    if kind is int and out <= 0 and name not in ("txlog_retention_ms",):
+        raise ConfigError(f"{name} must be positive, got {value!r}")
+    return out
+
+
+def load_settings(path: str | os.PathLike[str] | None = None,
+                  env: Mapping[str, str] | None = None,
+                  state_dir: str | os.PathLike[str] | None = None,
+                  **overrides: Any) -> Settings:
+    """Build :class:`Settings` from defaults, TOML, environment and overrides."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    client: dict[str, str] = {}
+    sources = ["defaults"]
+    path = path or env.get("TIDEMARK_CONFIG")
+    if path:
+        doc = _read_toml(Path(path))
+        kafka = doc.get("kafka", {})
+        if not isinstance(kafka, dict):
+            raise ConfigError(f"{path}: [kafka] must be a table")
+        known = {f for f in Settings.__dataclass_fields__ if f not in ("client", "source")}
+        for key, value in kafka.items():
+            if key == "client":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{path}: [kafka.client] must be a table")
+                client.update({str(k): str(v) for k, v in value.items()})
+            elif key in known:
+                kind = type(getattr(Settings, key))
+                values[key] = _coerce(key, value, kind)
+            else:
+                raise ConfigError(f"{path}: unknown key kafka.{key}")
+        if "environment" in doc.get("peer", {}):
+            values["environment"] = str(doc["peer"]["environment"])
+        sources.append(str(path))
+    for var, (key, kind) in _ENV_KEYS.items():
+        if env.get(var):
+            values[key] = _coerce(var, env[var], kind)
+            sources.append(var)
+    for var, value in env.items():
+        if var.startswith(_CLIENT_ENV_PREFIX) and len(var) > len(_CLIENT_ENV_PREFIX):
+            client[var[len(_CLIENT_ENV_PREFIX):].lower().replace("_", ".")] = value
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if not values.get("bootstrap"):
+        state = Path(state_dir) if state_dir else default_state_dir()
+        state_file = state / "state.json"
+        if state_file.exists():
+            try:
+                values["bootstrap"] = json.loads(state_file.read_text())["bootstrap"]
+                sources.append(str(state_file))
+            except (ValueError, KeyError):
+                raise ConfigError(f"{state_file} is not a valid local-stack state file") from None
+    return Settings(client=client, source=", ".join(sources), **values)

@@ -1,0 +1,27 @@
+"""Avro schemas (.avsc): the single source of every Tidemark record shape."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCHEMA_DIR", "SCHEMA_NAMES", "load_schema", "load_all"]
+
+SCHEMA_DIR = Path(__file__).resolve().parent
+
+#: Record types in dependency order (NodeState refers to nothing outside itself).
+SCHEMA_NAMES = (
+    "Send", "Ack", "Purge", "QueueEntry", "QueueProgress",
+    "PeerDescriptor", "ClusterConfig", "NodeState",
+)
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    """The JSON of `schemas/<name>.avsc`."""
+    return json.loads((SCHEMA_DIR / f"{name}.avsc").read_text())
+
+
+def load_all() -> dict[str, dict[str, Any]]:
+    """Every schema by short name."""
+    return {name: load_schema(name) for name in SCHEMA_NAMES}
