@@ -1,0 +1,63 @@
+"""Shared fixtures: a real local Kafka cluster (or an existing one), fresh topic sets.
+
+``TIDEMARK_BOOTSTRAP`` names an existing cluster to use instead of starting one (the
+confluent-kafka-python fixture pattern). Otherwise one 3-broker KRaft cluster is started for
+the whole session by the project's own launcher in a temporary state folder and stopped at
+the end. Tests that kill brokers use ``private_stack`` instead so they never disturb others.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from log.local_cluster import LocalStack
+from log.settings import Settings, load_settings
+from log.topics import ensure_topics
+
+
+@pytest.fixture(scope="session")
+def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The session's cluster: started by the launcher, or the one in TIDEMARK_BOOTSTRAP."""
+    stack = LocalStack(tmp_path_factory.mktemp("stack"))
+    try:
+        stack.up(brokers=3)
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_stack: LocalStack) -> str:
+    """Bootstrap servers of the session cluster."""
+    return kafka_stack.state["bootstrap"]
+
+
+@pytest.fixture
+def fresh_settings(bootstrap: str) -> Settings:
+    """Settings with a unique topic prefix whose five topics exist (4 partitions each)."""
+    settings = load_settings(env={}, bootstrap=bootstrap,
+                             topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
+    ensure_topics(settings)
+    return settings
+
+
+@pytest.fixture
+def private_stack(tmp_path: Path) -> Iterator[LocalStack]:
+    """A cluster of this test's own, for fault drills that kill brokers."""
+    if os.environ.get("TIDEMARK_BOOTSTRAP"):
+        pytest.skip("fault drills need a cluster the tests start themselves")
+    saved = os.environ.pop("TIDEMARK_BOOTSTRAP", None)
+    stack = LocalStack(tmp_path / "stack")
+    try:
+        stack.up(brokers=3)
+        yield stack
+    finally:
+        stack.down()
+        if saved is not None:
+            os.environ["TIDEMARK_BOOTSTRAP"] = saved
