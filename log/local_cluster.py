@@ -204,6 +204,11 @@ class LocalStack:
             for spec in plan(self):
                 progress(f"starting {spec.name}")
                 self.ensure(spec, timeout_s)
+        for spec in self.processes():
+            if spec.kind != "broker" and not self.alive(spec):
+                progress(f"restarting {spec.name}")
+                spec.pid = None
+                self.ensure(spec, timeout_s)
         return self.status()
 
     def _wait_brokers(self, count: int, deadline: float) -> None:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from confluent_kafka import Consumer, TopicPartition
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from log.exceptions import LogError
 from log.settings import Settings
 
 __all__ = ["watermarks", "end_offsets", "log_start_offsets", "delete_records"]
+
+_RETRY = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+          KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 
 
 def watermarks(settings: Settings, logical_topic: str, partitions: Iterable[int] | None = None,
@@ -24,8 +29,20 @@ def watermarks(settings: Settings, logical_topic: str, partitions: Iterable[int]
             if topic not in md.topics or md.topics[topic].error is not None:
                 raise LogError(f"topic {topic} does not exist")
             partitions = sorted(md.topics[topic].partitions)
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-                for p in partitions}
+        deadline = time.monotonic() + timeout
+        out = {}
+        for p in partitions:
+            while True:
+                try:
+                    out[p] = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                            timeout=max(0.5, deadline - time.monotonic()))
+                    break
+                except KafkaException as exc:  # leadership moving: retry until the deadline
+                    if not exc.args[0].retriable() and exc.args[0].code() not in _RETRY \
+                            or time.monotonic() > deadline:
+                        raise LogError(f"watermarks of {topic}[{p}]: {exc.args[0].str()}") from None
+                    time.sleep(0.2)
+        return out
     finally:
         consumer.close()
 

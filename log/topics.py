@@ -71,11 +71,24 @@ def ensure_topics(settings: Settings, timeout_s: float = 60.0) -> list[str]:
                 last_error = err.str()
                 retry.append(spec)
         pending = retry
+        if not pending:
+            _wait_leaders(admin, [s.name for s in topic_specs(settings)], deadline)
         if pending:
             if time.monotonic() > deadline:
                 raise LogError(f"could not create topics {[s.name for s in pending]}: {last_error}")
             time.sleep(1.0)
     return created
+
+
+def _wait_leaders(admin: AdminClient, names: list[str], deadline: float) -> None:
+    """Wait until every partition of ``names`` has a leader and a full ISR."""
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=10)
+        if all(n in md.topics and md.topics[n].partitions and all(
+                p.leader >= 0 and len(p.isrs) == len(p.replicas)
+                for p in md.topics[n].partitions.values()) for n in names):
+            return
+        time.sleep(0.2)
 
 
 def describe_topics(settings: Settings) -> dict[str, dict]:
@@ -112,7 +125,8 @@ def check_replication(settings: Settings, allow_under_replicated: bool = False) 
         raise UnderReplicatedError(
             f"{settings.topic('txlog')} has replication factor {info['replication_factor']},"
             f" need {settings.replication_factor} (pass --allow-under-replicated to run anyway)")
-    if info["min_isr"] < info["min.insync.replicas"]:
+    if info["min_isr"] < info["replication_factor"]:
         raise UnderReplicatedError(
-            f"{settings.topic('txlog')} has a partition with {info['min_isr']} in-sync replicas,"
-            f" below min.insync.replicas={info['min.insync.replicas']}")
+            f"{settings.topic('txlog')} is under-replicated: a partition has {info['min_isr']}"
+            f" of {info['replication_factor']} replicas in sync (min.insync.replicas="
+            f"{info['min.insync.replicas']}); pass --allow-under-replicated to run anyway")

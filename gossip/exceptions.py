@@ -1,0 +1,15 @@
+"""Errors of the gossip package."""
+
+from __future__ import annotations
+
+from log.exceptions import TidemarkError
+
+__all__ = ["GossipError", "EpochError"]
+
+
+class GossipError(TidemarkError):
+    """A gossip operation failed."""
+
+
+class EpochError(GossipError):
+    """A config change is invalid or lost to a competing one."""

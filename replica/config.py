@@ -1,0 +1,187 @@
+"""The cluster TOML: Kafka settings (the shared ``[kafka]`` table, read by
+:func:`log.settings.load_settings`), node addresses, data folder, gossip and release policy.
+
+```toml
+[kafka]                      # exactly the table every Tidemark component reads
+bootstrap = "127.0.0.1:9092"
+
+[cluster]
+data_dir = "replicas"        # relative to this file; each node uses data_dir/<node id>
+gossip_interval_ms = 500
+[[cluster.partitions]]
+name = "p0"
+replicas = ["p0r0", "p0r1"]
+log_partitions = [0, 2]      # optional; default: k mod N == i
+
+[nodes.p0r0]
+address = "127.0.0.1:7101"
+metrics_port = 7102          # optional; 0 = any free port
+
+[release]
+min_age_ms = 0               # messages younger than this are kept
+retain_bytes = 0             # size rule: keep at least this much data per partition
+gc_interval_ms = 2000
+```
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from log.settings import Settings, load_settings
+from replica.exceptions import ClusterConfigError
+
+__all__ = ["NodeSpec", "PartitionSpec", "ReleasePolicy", "ClusterFile", "load_cluster_file",
+           "render_cluster_file"]
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node named in the TOML."""
+
+    node_id: str
+    address: str
+    metrics_port: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """A replica partition: the log partitions it owns and its replicas."""
+
+    name: str
+    log_partitions: tuple[int, ...]
+    replicas: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    """What GC may drop below the GC point (every rule must allow it)."""
+
+    min_age_ms: int = 0
+    retain_bytes: int = 0
+    gc_interval_ms: int = 2000
+
+
+@dataclass(frozen=True)
+class ClusterFile:
+    """A parsed cluster TOML."""
+
+    path: Path
+    settings: Settings
+    data_dir: Path
+    nodes: dict[str, NodeSpec]
+    partitions: list[PartitionSpec]
+    gossip_interval_ms: int = 500
+    down_after_ms: int = 3000
+    sync_writes: bool = False
+    release: ReleasePolicy = field(default_factory=ReleasePolicy)
+
+
+def _int(table: Mapping[str, Any], key: str, default: int, where: str, minimum: int = 0) -> int:
+    value = table.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ClusterConfigError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _address(value: Any, where: str) -> str:
+    if not isinstance(value, str) or ":" not in value:
+        raise ClusterConfigError(f"{where}.address must be \"HOST:PORT\", got {value!r}")
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ClusterConfigError(f"{where}.address must be \"HOST:PORT\", got {value!r}")
+    return value
+
+
+def load_cluster_file(path: str | os.PathLike[str],
+                      env: Mapping[str, str] | None = None) -> ClusterFile:
+    """Parse and validate a cluster TOML; raises :class:`ClusterConfigError` (one line)."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ClusterConfigError(f"cluster config {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterConfigError(f"cluster config {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ClusterConfigError(f"cannot read cluster config {path}: {exc.strerror}") from None
+    settings = load_settings(path=path, env=env)
+    cluster = doc.get("cluster")
+    if not isinstance(cluster, dict):
+        raise ClusterConfigError(f"{path}: missing [cluster] table")
+    unknown = set(cluster) - {"data_dir", "gossip_interval_ms", "partitions", "down_after_ms",
+                              "sync_writes"}
+    if unknown:
+        raise ClusterConfigError(f"{path}: unknown key cluster.{sorted(unknown)[0]}")
+    nodes_doc = doc.get("nodes", {})
+    if not isinstance(nodes_doc, dict) or not nodes_doc:
+        raise ClusterConfigError(f"{path}: no [nodes.<id>] tables")
+    nodes = {}
+    for node_id, table in nodes_doc.items():
+        where = f"{path}: nodes.{node_id}"
+        if not isinstance(table, dict):
+            raise ClusterConfigError(f"{where} must be a table")
+        nodes[node_id] = NodeSpec(node_id, _address(table.get("address"), where),
+                                  _int(table, "metrics_port", 0, where))
+    parts_doc = cluster.get("partitions")
+    if not isinstance(parts_doc, list) or not parts_doc:
+        raise ClusterConfigError(f"{path}: no [[cluster.partitions]] entries")
+    count = len(parts_doc)
+    partitions, seen = [], set()
+    for i, table in enumerate(parts_doc):
+        where = f"{path}: cluster.partitions[{i}]"
+        replicas = table.get("replicas")
+        if not isinstance(replicas, list) or not replicas:
+            raise ClusterConfigError(f"{where}.replicas must be a non-empty list of node ids")
+        for r in replicas:
+            if r not in nodes:
+                raise ClusterConfigError(f"{where}: replica {r!r} has no [nodes.{r}] table")
+            if r in seen:
+                raise ClusterConfigError(f"{where}: node {r!r} is listed twice")
+            seen.add(r)
+        logs = table.get("log_partitions",
+                         [k for k in range(settings.partitions) if k % count == i])
+        if not isinstance(logs, list) or not all(isinstance(k, int) for k in logs):
+            raise ClusterConfigError(f"{where}.log_partitions must be a list of integers")
+        partitions.append(PartitionSpec(str(table.get("name", f"p{i}")), tuple(logs),
+                                        tuple(replicas)))
+    covered = sorted(k for p in partitions for k in p.log_partitions)
+    if covered != list(range(settings.partitions)):
+        raise ClusterConfigError(f"{path}: log partitions {covered} must cover 0.."
+                                 f"{settings.partitions - 1} exactly once")
+    release_doc = doc.get("release", {})
+    release = ReleasePolicy(_int(release_doc, "min_age_ms", 0, f"{path}: release"),
+                            _int(release_doc, "retain_bytes", 0, f"{path}: release"),
+                            _int(release_doc, "gc_interval_ms", 2000, f"{path}: release", 10))
+    data_dir = Path(str(cluster.get("data_dir", "replicas")))
+    if not data_dir.is_absolute():
+        data_dir = path.resolve().parent / data_dir
+    return ClusterFile(path=path, settings=settings, data_dir=data_dir, nodes=nodes,
+                       partitions=partitions,
+                       gossip_interval_ms=_int(cluster, "gossip_interval_ms", 500,
+                                               f"{path}: cluster", 10),
+                       down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
+                       sync_writes=bool(cluster.get("sync_writes", False)), release=release)
+
+
+def render_cluster_file(kafka: Mapping[str, Any], data_dir: str,
+                        partitions: list[PartitionSpec], nodes: list[NodeSpec],
+                        gossip_interval_ms: int = 500, extra: str = "") -> str:
+    """TOML text for a cluster (used by the local stack and tests)."""
+    def q(v: Any) -> str:
+        return f'"{v}"' if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
+    lines = ["[kafka]"] + [f"{k} = {q(v)}" for k, v in kafka.items()]
+    lines += ["", "[cluster]", f"data_dir = {q(data_dir)}",
+              f"gossip_interval_ms = {gossip_interval_ms}"]
+    for p in partitions:
+        lines += ["", "[[cluster.partitions]]", f"name = {q(p.name)}",
+                  f"log_partitions = {list(p.log_partitions)}",
+                  "replicas = [" + ", ".join(q(r) for r in p.replicas) + "]"]
+    for n in nodes:
+        lines += ["", f"[nodes.{n.node_id}]", f"address = {q(n.address)}",
+                  f"metrics_port = {n.metrics_port}"]
+    return "\n".join(lines) + "\n" + extra

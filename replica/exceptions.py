@@ -1,0 +1,23 @@
+"""Errors raised by replica nodes; each message is one readable line for the CLI."""
+
+from __future__ import annotations
+
+from log.exceptions import ConfigError, TidemarkError
+
+__all__ = ["ReplicaError", "StoreError", "ClusterConfigError", "NodeUnreachableError"]
+
+
+class ReplicaError(TidemarkError):
+    """A replica node failed."""
+
+
+class StoreError(ReplicaError):
+    """The LevelDB store is corrupt, locked, or belongs to another node."""
+
+
+class ClusterConfigError(ConfigError):
+    """The cluster TOML or a ClusterConfig epoch is invalid."""
+
+
+class NodeUnreachableError(ReplicaError):
+    """No replica node answered."""

@@ -1,0 +1,248 @@
+"""Ingest: consume the owned txlog and queues partitions and apply them to the store.
+
+Each step consumes a batch and applies it in one LevelDB write batch (records, indexes,
+interval map, position). Positions live in the store, never in Kafka. A record that cannot
+be decoded goes to ``deadletter`` (flushed before the batch is written) and its offset
+still counts as applied. A jump in txlog offsets below the Kafka log start leaves a gap in
+the interval map for backfill; holes above it (non-data offsets) count as consumed.
+``queues`` is compacted, so its map records consumer positions, holes included, and a
+partition not read for longer than ``delete.retention.ms`` is rebuilt from a full read.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from typing import Callable, Iterable
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from log.codec import default_codec
+from log.consumer import DeadLetterWriter, LogConsumer
+from log.exceptions import CodecError
+from log.producer import LogProducer
+from log.settings import Settings
+from replica.store import Batch, Store, data_key, tp_name
+
+__all__ = ["Ingestor", "index_txlog"]
+
+log = logging.getLogger(__name__)
+_H = struct.Struct(">H")
+_Q = struct.Struct(">Q")
+TOPICS = ("txlog", "queues")
+
+
+def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
+                decode: Callable = default_codec().decode) -> str | None:
+    """Put one txlog record and its index entries into ``batch``; returns a dead-letter
+    reason instead when the record is not a valid Send/Ack/Purge."""
+    try:
+        dec = decode(value)
+    except CodecError as exc:
+        return str(exc)
+    name, rec = dec.name, dec.record
+    if name == "Send":
+        batch.wb.put(data_key(partition, offset), value)
+    elif name == "Ack":
+        batch.wb.put(data_key(partition, offset), value)
+        batch.wb.put(b"A" + _H.pack(partition) + f"{rec['peer']}\0{rec['message_id']}".encode(),
+                     _Q.pack(offset))
+    elif name == "Purge":
+        batch.wb.put(data_key(partition, offset), value)
+        batch.wb.put(b"U" + _H.pack(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),
+                     b"")
+    else:
+        return f"unexpected {name} record in txlog"
+    return None
+
+
+class Ingestor:
+    """Consumes the owned partitions of txlog and queues into a :class:`Store`."""
+
+    def __init__(self, settings: Settings, store: Store, node_id: str = "replica",
+                 batch_size: int = 20000, sync: bool = False) -> None:
+        self.settings = settings
+        self.store = store
+        self.node_id = node_id
+        self.batch_size = batch_size
+        self.sync = sync
+        self.codec = default_codec()
+        self.consumer = LogConsumer(settings, **{
+            "queued.min.messages": 200000, "fetch.max.bytes": 16 << 20,
+            "max.partition.fetch.bytes": 4 << 20, "fetch.wait.max.ms": 20})
+        self._physical = {settings.topic(t): t for t in TOPICS}
+        self._deadletter: DeadLetterWriter | None = None
+        self.partitions: list[int] = []
+        self.high: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.caught_up_ms: dict[str, int] = {}
+        self.applied = 0
+        self.poison = 0
+        self.queues_delete_retention_ms = settings.queues_delete_retention_ms
+
+    # ---- assignment ------------------------------------------------------------------------
+    def assign(self, partitions: Iterable[int]) -> None:
+        """(Re)assign the owned log partitions, resuming from the stored positions."""
+        self.partitions = sorted(set(partitions))
+        positions: dict[tuple[str, int], int] = {}
+        now = int(time.time() * 1000)
+        for k in self.partitions:
+            for topic in TOPICS:
+                pos = self.store.position(topic, k)
+                if topic == "queues" and pos is not None:
+                    age = now - self.store.applied_ms.get((topic, k), 0)
+                    lo = self._low(topic, k)
+                    if age > self.queues_delete_retention_ms or pos < lo:
+                        log.warning("queues/%d: last read %.0f s ago (delete.retention.ms %d) "
+                                    "or behind the log start; rebuilding from a full read",
+                                    k, age / 1000, self.queues_delete_retention_ms)
+                        self.store.reset_queues(k)
+                        pos = None
+                positions[(topic, k)] = pos if pos is not None else OFFSET_BEGINNING
+        self.consumer.assign(positions)
+
+    def _low(self, topic: str, k: int) -> int:
+        lo, hi = self.consumer.raw.get_watermark_offsets(
+            TopicPartition(self.settings.topic(topic), k), timeout=10, cached=False)
+        self.low[tp_name(topic, k)] = lo
+        return lo
+
+    @property
+    def deadletter(self) -> DeadLetterWriter:
+        """The dead-letter writer (created on first use)."""
+        if self._deadletter is None:
+            self._deadletter = DeadLetterWriter(LogProducer(self.settings),
+                                                f"replica:{self.node_id}")
+        return self._deadletter
+
+    # ---- one step --------------------------------------------------------------------------
+    def step(self, timeout: float = 0.2) -> int:
+        """Consume and apply one batch; returns the number of records consumed."""
+        started_ms = int(time.time() * 1000)
+        msgs = self.consumer.consume_batch(self.batch_size, timeout)
+        if msgs:
+            self._apply(msgs)
+        else:
+            self._idle()
+        self._refresh_high(started_ms)
+        return len(msgs)
+
+    def _start_after_jump(self, topic: str, k: int, expected: int, offset: int) -> int:
+        """Where the applied run restarts when ``offset`` follows ``expected``: below the
+        log start the skipped offsets are a gap; above it they are holes (counted)."""
+        if topic != "txlog":
+            return expected
+        lo = self._low(topic, k)
+        if lo <= expected:
+            return expected
+        log.warning("txlog/%d: log start %d passed position %d; gap [%d, %d) left for backfill",
+                    k, lo, expected, expected, min(lo, offset))
+        return min(lo, offset)
+
+    def _apply(self, msgs: list) -> None:
+        batch = self.store.batch(self.sync)
+        batch.applied_ms = int(time.time() * 1000)
+        runs: dict[tuple[str, int], list[int]] = {}
+        physical, put, decode = self._physical, batch.wb.put, self.codec.decode
+        poison: list[tuple[object, str]] = []
+        for msg in msgs:
+            topic, k, off = physical[msg.topic()], msg.partition(), msg.offset()
+            key = (topic, k)
+            run = runs.get(key)
+            if run is not None and off == run[1]:
+                run[1] = off + 1
+            else:
+                expected = run[1] if run else (self.store.position(topic, k) or 0)
+                if off < expected:
+                    continue  # already applied (a re-delivery)
+                if run is not None:
+                    batch.advance(topic, k, run[0], run[1])
+                start = expected if off == expected else self._start_after_jump(
+                    topic, k, expected, off)
+                runs[key] = [start, off + 1]
+            value = msg.value()
+            if topic == "txlog":
+                reason = index_txlog(batch, k, off, value, decode)
+                if reason is not None:
+                    poison.append((msg, reason))
+            else:
+                reason = self._apply_queue(batch, k, msg.key(), value)
+                if reason is not None:
+                    poison.append((msg, reason))
+        for (topic, k), (a, b) in runs.items():
+            batch.advance(topic, k, a, b)
+        if poison:
+            for msg, reason in poison:
+                log.warning("poison record %s[%d]@%d to deadletter: %s", msg.topic(),
+                            msg.partition(), msg.offset(), reason)
+                self.deadletter.send(msg, reason)
+            self.deadletter.producer.flush()
+            self.poison += len(poison)
+        batch.commit()
+        self.applied += len(msgs)
+
+    def _apply_queue(self, batch: Batch, k: int, key: bytes | None,
+                     value: bytes | None) -> str | None:
+        prefix = b"Q" + _H.pack(k)
+        if value is None:
+            if key is not None:
+                batch.wb.delete(prefix + key)
+            return None
+        try:
+            dec = self.codec.decode(value)
+        except CodecError as exc:
+            return str(exc)
+        if dec.name == "QueueEntry":
+            if key is None:
+                return "queue entry without a key"
+            batch.wb.put(prefix + key, value)
+        elif dec.name == "QueueProgress":
+            batch.wb.put(b"R" + _H.pack(k), value)
+        else:
+            return f"unexpected {dec.name} record in queues"
+        return None
+
+    def _idle(self) -> None:
+        """No records: move positions over trailing holes; refresh stale applied times."""
+        tps = [TopicPartition(self.settings.topic(t), k) for k in self.partitions for t in TOPICS]
+        if not tps:
+            return
+        now = int(time.time() * 1000)
+        batch = self.store.batch(self.sync)
+        batch.applied_ms = now
+        touched = False
+        for tp in self.consumer.raw.position(tps):
+            topic = self._physical[tp.topic]
+            stored = self.store.position(topic, tp.partition)
+            if tp.offset < 0:
+                continue
+            if stored is None or tp.offset > stored:
+                start = self._start_after_jump(topic, tp.partition, stored or 0, tp.offset)
+                batch.advance(topic, tp.partition, start, tp.offset)
+                touched = True
+            elif now - self.store.applied_ms.get((topic, tp.partition), 0) > 60_000:
+                batch.advance(topic, tp.partition, stored, stored)
+                touched = True
+        if touched:
+            batch.commit()
+
+    def _refresh_high(self, started_ms: int) -> None:
+        for k in self.partitions:
+            for topic in TOPICS:
+                lo, hi = self.consumer.raw.get_watermark_offsets(
+                    TopicPartition(self.settings.topic(topic), k), cached=True)
+                name = tp_name(topic, k)
+                if hi is not None and hi >= 0:
+                    self.high[name] = max(hi, self.high.get(name, 0))
+                    if lo is not None and lo >= 0:
+                        self.low[name] = lo
+                    if (self.store.position(topic, k) or 0) >= hi:
+                        # Conservative: the cached watermark may be up to one fetch old.
+                        self.caught_up_ms[name] = started_ms - 1000
+
+    def close(self) -> None:
+        """Close the consumer and flush any dead letters."""
+        if self._deadletter is not None:
+            self._deadletter.producer.flush()
+        self.consumer.close()

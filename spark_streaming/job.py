@@ -1,0 +1,257 @@
+"""The Structured Streaming query: txlog -> per-peer state -> queues (+ progress, deadletter).
+
+Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Settings`) ->
+``groupBy(key).applyInPandasWithState`` (state in the RocksDB state store, one serialized
+:class:`~spark_streaming.queue_state.PeerState` per peer) -> ``foreachBatch``, which
+
+1. writes the batch's QueueEntry upserts and tombstones with Spark's Kafka sink to queues
+   partition = the txlog partition they came from (the write returns once every row is
+   acknowledged), and copies poison records to ``deadletter`` from the driver;
+2. only then appends one QueueProgress per txlog partition the batch touched, with
+   ``next_offset`` = the highest applied offset + 1.
+
+A batch that is re-run after a crash reads the same offsets from the same state version and
+writes the same rows again, which is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from log.exceptions import TidemarkError
+from log.producer import LogProducer
+from log.settings import Settings
+from spark_streaming.exceptions import QueryFailedError, SparkUnavailableError
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, progress_key
+from spark_streaming.transform import (DEAD, ENTRY, MARK, OUTPUT_SCHEMA, STATE_SCHEMA,
+                                       TOMBSTONE, process_peer)
+
+__all__ = ["JobOptions", "spark_conf", "build_session", "kafka_options", "start_query",
+           "run_job", "BatchWriter"]
+
+log = logging.getLogger(__name__)
+
+_LOG4J2 = """status = error
+appender.console.type = Console
+appender.console.name = STDERR
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = STDERR
+"""
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How to run the job; every field has a command-line flag in ``tidemark queues run``."""
+
+    checkpoint: str
+    trigger: str = "500 milliseconds"
+    ack_ttl_ms: int = DEFAULT_ACK_TTL_MS
+    max_offsets_per_trigger: int = 200_000
+    master: str | None = "local[2]"
+    driver_memory: str = "1g"
+    log_level: str = "ERROR"
+    starting_offsets: str = "earliest"
+    fail_on_data_loss: bool = True
+    query_name: str = "tidemark-queues"
+
+
+def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
+    """Spark settings for the job: RocksDB state store, small shuffles, quiet logs."""
+    conf = {
+        "spark.sql.shuffle.partitions": str(settings.partitions),
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.minBatchesToRetain": "20",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": options.driver_memory,
+        "spark.python.worker.reuse": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    }
+    if options.master:
+        from log.jvm import spark_connector_jars
+        conf["spark.jars"] = ",".join(spark_connector_jars())
+        # Python workers run the interpreter named by PYSPARK_PYTHON (pyspark reads only the
+        # environment): this one, so that they see the same packages.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    log4j = Path(options.checkpoint).parent / f".{Path(options.checkpoint).name}-log4j2.properties"
+    try:
+        log4j.parent.mkdir(parents=True, exist_ok=True)
+        log4j.write_text(_LOG4J2.format(level=options.log_level.lower()))
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    except OSError:  # a read-only or remote checkpoint location: keep Spark's own logging
+        pass
+    return conf
+
+
+def build_session(settings: Settings, options: JobOptions) -> Any:
+    """A SparkSession: ``local[2]`` by default, or the one spark-submit already started."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailableError("pyspark is not installed: pip install 'tidemark[spark]'") \
+            from None
+    builder = SparkSession.builder.appName(options.query_name)
+    if options.master:
+        builder = builder.master(options.master)
+    for key, value in spark_conf(settings, options).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(options.log_level.upper())
+    return spark
+
+
+def kafka_options(settings: Settings) -> dict[str, str]:
+    """``kafka.*`` options for Spark's Kafka source and sink: bootstrap + client passthrough."""
+    if not settings.bootstrap:
+        settings.producer_config()  # raises the readable ConfigError
+    opts = {f"kafka.{k}": str(v) for k, v in settings.client.items()}
+    opts["kafka.bootstrap.servers"] = settings.bootstrap
+    return opts
+
+
+def _group_fn(ttl_ms: int):  # -> the applyInPandasWithState function
+    def fn(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+        rows = pd.concat(list(frames), ignore_index=True)
+        blob = state.get[0] if state.exists else None
+        out, new_blob = process_peer(key[0], rows, blob, ttl_ms)
+        if new_blob is None:
+            if state.exists:
+                state.remove()
+        else:
+            state.update((new_blob,))
+        yield out
+    return fn
+
+
+class BatchWriter:
+    """``foreachBatch`` sink: rows first, then one QueueProgress per touched partition."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.sink_options = {**kafka_options(settings), "topic": settings.topic("queues"),
+                             "kafka.acks": "all", "kafka.enable.idempotence": "true",
+                             "kafka.linger.ms": "5", "kafka.compression.type": "lz4"}
+        self._producer: LogProducer | None = None
+        self.batches = 0
+        self.dead = 0
+
+    @property
+    def producer(self) -> LogProducer:
+        """The driver's producer for progress and dead letters (created on first use)."""
+        if self._producer is None:
+            self._producer = LogProducer(self.settings)
+        return self._producer
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+        df = df.persist()
+        try:
+            rows = df.where(F.col("kind").isin(ENTRY, TOMBSTONE))
+            rows.select("key", "value", "partition").write.format("kafka") \
+                .options(**self.sink_options).save()
+            small = df.where(F.col("kind").isin(DEAD, MARK)).select(
+                "kind", "key", "value", "partition", "offset", "reason").collect()
+        finally:
+            df.unpersist()
+        self._finish(batch_id, small)
+
+    def _finish(self, batch_id: int, small: list[Any]) -> None:
+        producer = self.producer
+        top: dict[int, int] = {}
+        txlog = self.settings.topic("txlog")
+        for row in small:
+            if row["kind"] == MARK:
+                top[row["partition"]] = max(top.get(row["partition"], -1), row["offset"])
+            else:
+                producer.produce_raw(producer.topic("deadletter"), row["key"], row["value"],
+                                     headers=[("tidemark.reason", row["reason"].encode()[:1000]),
+                                              ("tidemark.source", b"spark-queues"),
+                                              ("tidemark.topic", txlog.encode()),
+                                              ("tidemark.partition", str(row["partition"]).encode()),
+                                              ("tidemark.offset", str(row["offset"]).encode())])
+                self.dead += 1
+        if self.dead and any(r["kind"] == DEAD for r in small):
+            log.warning("batch %d: %d poison record(s) sent to deadletter", batch_id,
+                        sum(r["kind"] == DEAD for r in small))
+        producer.flush()  # dead letters are written before the progress that covers them
+        now = int(time.time() * 1000)
+        for part, offset in sorted(top.items()):
+            producer.produce("queues", progress_key(part), "QueueProgress", {
+                "txlog_partition": part, "next_offset": offset + 1, "batch_id": batch_id,
+                "timestamp_ms": now}, partition=part)
+        producer.flush()
+        self.batches += 1
+
+
+def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
+    """Start the streaming query (returns the ``StreamingQuery``)."""
+    source = spark.readStream.format("kafka").options(**kafka_options(settings)) \
+        .option("subscribe", settings.topic("txlog")) \
+        .option("startingOffsets", options.starting_offsets) \
+        .option("failOnDataLoss", str(options.fail_on_data_loss).lower()) \
+        .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger)).load()
+    grouped = source.select("key", "value", "partition", "offset").groupBy("key")
+    out = grouped.applyInPandasWithState(_group_fn(options.ack_ttl_ms), OUTPUT_SCHEMA,
+                                         STATE_SCHEMA, "update", "NoTimeout")
+    return out.writeStream.queryName(options.query_name).outputMode("update") \
+        .option("checkpointLocation", options.checkpoint) \
+        .trigger(processingTime=options.trigger).foreachBatch(BatchWriter(settings)).start()
+
+
+def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
+    """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a query failure (raises)."""
+    started = time.monotonic()
+    spark = build_session(settings, options)
+    stop = {"requested": False}
+
+    def on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal API
+        stop["requested"] = True
+
+    try:
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        query = start_query(spark, settings, options)
+        log.warning("queues job started in %.1fs (checkpoint %s)", time.monotonic() - started,
+                    options.checkpoint)
+        if ready is not None:
+            ready(query)
+        while not stop["requested"]:
+            if query.awaitTermination(0.5):
+                break
+        if stop["requested"]:
+            query.stop()
+            return 0
+        exc = query.exception()
+        if exc is not None:
+            raise QueryFailedError(f"the queues query failed: {str(exc).splitlines()[0][:400]}")
+        return 0
+    except TidemarkError:
+        raise
+    except Exception as exc:  # py4j / Spark analysis errors: one readable line
+        if type(exc).__name__ in ("StreamingQueryException", "AnalysisException",
+                                  "Py4JJavaError", "IllegalArgumentException"):
+            raise QueryFailedError(f"the queues query failed: {str(exc).splitlines()[0][:400]}") \
+                from exc
+        raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if os.environ.get("TIDEMARK_SPARK_KEEP_SESSION") != "1":
+            spark.stop()
