@@ -127,6 +127,28 @@ def _load(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topics_create(args: argparse.Namespace) -> int:
+    from log.topics import check_replication, ensure_topics
+    settings = settings_from_args(args)
+    created = ensure_topics(settings, timeout_s=args.timeout)
+    check_replication(settings, allow_under_replicated=args.allow_under_replicated)
+    print(f"created: {', '.join(created) or 'nothing (all exist)'}")
+    return 0
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    from log.topics import describe_topics
+    info = describe_topics(settings_from_args(args))
+    if args.json:
+        _print_json(info)
+        return 0
+    for name, row in info.items():
+        print(f"{name:<28} partitions {row['partitions']:<3} rf {row['replication_factor']} "
+              f"min.isr {row['min.insync.replicas']} smallest isr {row['min_isr']} "
+              f"{row['cleanup.policy']}")
+    return 0
+
+
 def _bench_produce(args: argparse.Namespace) -> int:
     from log.bench_produce import bench_produce
     result = bench_produce(settings_from_args(args), messages=args.messages,
@@ -168,6 +190,19 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     for p in (up, status, down, kill):
         p.add_argument("--state-dir", default=None,
                        help="state folder (env TIDEMARK_STATE_DIR, default ./.tidemark)")
+
+    topics = commands.add_parser("topics", help="create or describe the five topics on any cluster")
+    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    create = tsub.add_parser("create", help="create missing topics with the durable defaults")
+    create.add_argument("--timeout", type=float, default=120.0)
+    create.add_argument("--allow-under-replicated", action="store_true",
+                        help="do not refuse when txlog has fewer in-sync replicas than its RF")
+    create.set_defaults(func=_topics_create)
+    describe = tsub.add_parser("describe", help="partitions, replication and ISR per topic")
+    describe.add_argument("--json", action="store_true")
+    describe.set_defaults(func=_topics_describe)
+    for p in (create, describe):
+        add_settings_args(p)
 
     load = commands.add_parser("load", help="write valid txlog traffic (sends and acks)")
     add_settings_args(load)

@@ -165,7 +165,7 @@ class LocalStack:
                     "-Djava.awt.headless=true",
                     f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
                     f"-Dkafka.logs.dir={folder / 'logs'}", "-cp", f"{jars}/*"]
-            _run_checked(base + ["kafka.tools.StorageTool", "format", "-t", cluster_id,
+            _run_checked(base + ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                                  "-c", str(props), "--ignore-formatted"], f"format broker-{node}")
             specs.append(ProcessSpec(name=f"broker-{node}", kind="broker",
                                      argv=base + ["kafka.Kafka", str(props)],

@@ -1,0 +1,114 @@
+"""``tidemark cluster remove-node | add-node | show``: config changes as new epochs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+
+from gossip.exceptions import EpochError
+
+__all__ = ["register"]
+
+
+def _settings(args: argparse.Namespace):
+    from log.settings import default_state_dir, load_settings
+    path = args.config or os.environ.get("TIDEMARK_CLUSTER_CONFIG")
+    if not path and (default_state_dir() / "cluster.toml").exists():
+        path = str(default_state_dir() / "cluster.toml")
+    return load_settings(path, bootstrap=args.bootstrap)
+
+
+def _current(settings):
+    from gossip.cluster_config import ConfigLog
+    log = ConfigLog(settings)
+    try:
+        epoch = log.read_to_end()
+    finally:
+        log.close()
+    if epoch is None:
+        raise EpochError("no cluster config yet: start the replica nodes first")
+    return epoch
+
+
+def _commit(settings, candidate) -> int:
+    from gossip.cluster_config import ConfigLog, append_epoch
+    append_epoch(settings, candidate)
+    log = ConfigLog(settings)
+    try:
+        log.read_to_end()
+    finally:
+        log.close()
+    if candidate not in log.history:
+        raise EpochError(f"a competing change won epoch {candidate.epoch}; check and retry")
+    print(f"epoch {candidate.epoch}: {candidate.reason}")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    from gossip.cluster_config import Partition
+    settings = _settings(args)
+    epoch = _current(settings)
+    part = epoch.partition_of(args.node_id)
+    if part is None:
+        raise EpochError(f"node {args.node_id!r} is not in epoch {epoch.epoch}")
+    replicas = tuple(r for r in part.replicas if r != args.node_id)
+    if not replicas:
+        raise EpochError(f"removing {args.node_id} would leave {part.name} with no counting "
+                         f"replica; add a replacement first")
+    parts = tuple(Partition(p.name, p.log_partitions, replicas,
+                            tuple(j for j in p.joining if j != args.node_id))
+                  if p is part else p for p in epoch.partitions)
+    nodes = {n: a for n, a in epoch.nodes.items() if n != args.node_id}
+    return _commit(settings, epoch.successor(nodes=nodes, partitions=parts,
+                                             reason=f"remove {args.node_id}"))
+
+
+def _add(args: argparse.Namespace) -> int:
+    from gossip.cluster_config import Partition
+    if not re.fullmatch(r"[\w.-]+:\d{1,5}", args.address):
+        raise EpochError(f"--address must be HOST:PORT, got {args.address!r}")
+    settings = _settings(args)
+    epoch = _current(settings)
+    if args.node_id in epoch.nodes:
+        raise EpochError(f"node {args.node_id!r} is already in epoch {epoch.epoch}")
+    names = [p.name for p in epoch.partitions]
+    if args.partition not in names:
+        raise EpochError(f"no replica partition {args.partition!r} (have {', '.join(names)})")
+    parts = tuple(Partition(p.name, p.log_partitions, p.replicas, p.joining + (args.node_id,))
+                  if p.name == args.partition else p for p in epoch.partitions)
+    return _commit(settings, epoch.successor(nodes={**epoch.nodes, args.node_id: args.address},
+                                             partitions=parts,
+                                             reason=f"add {args.node_id} to {args.partition}"))
+
+
+def _show(args: argparse.Namespace) -> int:
+    print(json.dumps(_current(_settings(args)).to_record(), indent=2))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add ``cluster``."""
+    cluster = commands.add_parser("cluster", help="replica cluster config changes")
+    sub = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND")
+    cluster.set_defaults(func=lambda a: (cluster.print_help(), 2)[1])
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", default=None,
+                       help="cluster TOML (default: the local stack's cluster.toml)")
+        p.add_argument("--bootstrap", default=None)
+
+    rm = sub.add_parser("remove-node", help="append an epoch without the node")
+    rm.add_argument("node_id")
+    common(rm)
+    rm.set_defaults(func=_remove)
+    add = sub.add_parser("add-node", help="append an epoch with a joining node")
+    add.add_argument("node_id")
+    add.add_argument("--partition", required=True, help="replica partition, e.g. p0")
+    add.add_argument("--address", required=True, help="the node's gRPC HOST:PORT")
+    common(add)
+    add.set_defaults(func=_add)
+    show = sub.add_parser("show", help="the current epoch")
+    common(show)
+    show.set_defaults(func=_show)

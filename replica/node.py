@@ -1,0 +1,371 @@
+"""A replica node: ingest, gossip, the stable cut, GC, backfill, missing data, config changes.
+
+The main thread ingests and, every gossip period, recomputes the cut and the GC point and
+follows the ``config`` topic; a gossip thread exchanges NodeStates with every other node of
+the epoch; gRPC threads answer peers and ``tidemark replica status``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
+from gossip.exchange import Peers, decode_state, encode_state, gossip_round, state_maps, state_view
+from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
+from gossip.missing import unrecoverable
+from gossip.stable_cut import HoldTracker, cut_holders, stable_cut, stable_cut_ms
+from replica.backfill import Backfiller
+from replica.config import ClusterFile
+from replica.exceptions import ClusterConfigError
+from replica.grpc_server import pack_records, start_server
+from replica.ingest import TOPICS, Ingestor
+from replica.metrics import NodeMetrics
+from replica.release_policy import release
+from replica.status import build_status
+from replica.store import Store
+
+__all__ = ["Node", "genesis_epoch"]
+
+log = logging.getLogger(__name__)
+
+
+def genesis_epoch(cf: ClusterFile) -> Epoch:
+    """Epoch 1 seeded from the cluster TOML."""
+    return Epoch(1, None, cf.settings.partitions,
+                 {n.node_id: n.address for n in cf.nodes.values()},
+                 tuple(Partition(p.name, p.log_partitions, p.replicas) for p in cf.partitions),
+                 reason="seeded from " + cf.path.name)
+
+
+class Node:
+    """One replica node process."""
+
+    def __init__(self, cf: ClusterFile, node_id: str) -> None:
+        self.cf, self.node_id, self.settings = cf, node_id, cf.settings
+        self.period = cf.gossip_interval_ms / 1000
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+        self.states: dict[str, dict[str, Any]] = {}
+        self.last_seen: dict[str, float] = {}
+        self.ust: dict[str, int] = {}
+        self.ust_ms = 0
+        self.gc_point: dict[str, int] = {}
+        self.pins: dict[str, dict[str, int]] = {}
+        self.tracker = HoldTracker()
+        self.held: dict | None = None
+        self.removed = False
+        self._mine = b""
+        self.peers = Peers()
+        self.pool = ThreadPoolExecutor(max_workers=8)
+
+    # ---- startup ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the store, read the config to its end, serve, assign partitions."""
+        self.store = Store(self.cf.data_dir / self.node_id, self.node_id)
+        self.config = ConfigLog(self.settings)
+        epoch = self.config.read_to_end()
+        if epoch is None:
+            if self.node_id not in self.cf.nodes:
+                raise ClusterConfigError(f"node {self.node_id!r} is not in {self.cf.path}")
+            append_epoch(self.settings, genesis_epoch(self.cf))
+            epoch = self.config.read_to_end()
+        if epoch is None or epoch.partition_of(self.node_id) is None:
+            known = ", ".join(sorted(epoch.nodes)) if epoch else "none"
+            raise ClusterConfigError(f"node {self.node_id!r} is not in cluster config epoch "
+                                     f"{epoch.epoch if epoch else 0} (nodes: {known})")
+        self.epoch = epoch
+        saved = self.store.db.get(b"Xcut")
+        if saved:
+            doc = json.loads(saved)
+            self.ust, self.gc_point, self.ust_ms = doc["ust"], doc["gc"], doc.get("ust_ms", 0)
+        self.metrics = NodeMetrics(self.node_id)
+        spec = self.cf.nodes.get(self.node_id)
+        self.metrics.serve(spec.metrics_port if spec else 0)
+        self.ingest = Ingestor(self.settings, self.store, self.node_id, sync=self.cf.sync_writes)
+        self.ingest.assign(epoch.partition_of(self.node_id).log_partitions)
+        self.backfiller = Backfiller(self.store, self.peers)
+        self._publish()
+        self.server = start_server(epoch.nodes[self.node_id], {
+            "Gossip": self.rpc_gossip, "Status": self.rpc_status, "Digest": self.rpc_digest,
+            "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin})
+        threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
+        log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
+                 epoch.epoch, epoch.partition_of(self.node_id).log_partitions, self.metrics.port)
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT or removal from the config; returns an exit code."""
+        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
+        next_tick = next_gc = 0.0
+        try:
+            while not self.stopping.is_set():
+                applied = self.ingest.step(0.05)
+                self.metrics.applied.inc(applied)
+                now = time.monotonic()
+                if now >= next_tick:
+                    self.tick()
+                    next_tick = now + self.period
+                if now >= next_gc:
+                    self.collect_garbage()
+                    next_gc = now + self.cf.release.gc_interval_ms / 1000
+        finally:
+            self.close()
+        return 0
+
+    def close(self) -> None:
+        """Stop serving and close everything."""
+        self.stopping.set()
+        if getattr(self, "server", None) is not None:
+            self.server.stop(0.5)
+        for part in ("ingest", "config"):
+            if getattr(self, part, None) is not None:
+                getattr(self, part).close()
+        if getattr(self, "store", None) is not None:
+            self.store.close()
+        self.peers.close()
+
+    # ---- periodic work ---------------------------------------------------------------------
+    def tick(self) -> None:
+        """Follow the config, publish our state, recompute cut / GC point, repair gaps."""
+        self._follow_config()
+        if self.stopping.is_set():
+            return
+        self._publish()
+        self._recompute()
+        self._repair()
+        self._maybe_promote()
+
+    def _follow_config(self) -> None:
+        new = self.config.poll()
+        if new is None or new is self.epoch:
+            return
+        log.warning("config epoch %d -> %d (%s)", self.epoch.epoch, new.epoch, new.reason)
+        with self.lock:
+            self.epoch = new
+            for gone in set(self.states) - set(new.nodes):
+                self.states.pop(gone, None)
+                self.last_seen.pop(gone, None)
+        part = new.partition_of(self.node_id)
+        if part is None:
+            log.warning("node %s was removed from the config in epoch %d; stopping",
+                        self.node_id, new.epoch)
+            self.removed = True
+            self.stopping.set()
+        elif sorted(part.log_partitions) != self.ingest.partitions:
+            self.ingest.assign(part.log_partitions)
+
+    def _own_state(self) -> dict[str, Any]:
+        part = self.epoch.partition_of(self.node_id)
+        ranges, caught_up = [], self.node_id not in part.joining
+        for k in part.log_partitions:
+            for topic in TOPICS:
+                m = self.store.map(topic, k)
+                tp = f"{topic}/{k}"
+                if topic == "txlog" and m.detached:
+                    caught_up = False
+                ranges.append({"topic": topic, "partition": k, "base_start": m.floor,
+                               "base_end": m.base_end, "log_end": self.ingest.high.get(tp, 0),
+                               "detached": [{"start": a, "end": b} for a, b in m.detached],
+                               "caught_up_ms": self.ingest.caught_up_ms.get(tp, 0)})
+        with self.lock:
+            cut = local_gc_cut(self.ust, list(self.pins.values()))
+            pins = [p for pin in self.pins.values() for p in _entries(pin)]
+        return {"node_id": self.node_id, "epoch": self.epoch.epoch,
+                "timestamp_ms": int(time.time() * 1000), "caught_up": caught_up,
+                "ranges": ranges, "gc_cut": _entries({tp: o for tp, o in cut.items()
+                                                      if tp in {f"{r['topic']}/{r['partition']}"
+                                                                for r in ranges}}),
+                "pins": pins, "address": self.epoch.nodes[self.node_id], "ust": _entries(self.ust),
+                "ust_ms": self.ust_ms, "backfill": self.backfiller.status,
+                "losses": [json.dumps(e, sort_keys=True) for e in self.store.losses()]}
+
+    def _publish(self) -> None:
+        state = self._own_state()
+        with self.lock:
+            self.states[self.node_id] = state
+            self.last_seen[self.node_id] = time.monotonic()
+            self._mine = encode_state(state)
+
+    def _recompute(self) -> None:
+        with self.lock:
+            views = {n: state_view(s) for n, s in self.states.items()}
+            owners = self.epoch.owners()
+            adopted = dict(self.ust)
+            for s in self.states.values():  # every node's cut is honest, so the max is too
+                for e in s.get("ust", []):
+                    tp = f"{e['topic']}/{e['partition']}"
+                    if tp in owners:
+                        adopted[tp] = max(adopted.get(tp, 0), e["offset"])
+            ust = stable_cut(owners, views, adopted)
+            ust_ms = stable_cut_ms(owners, views, self.ust_ms)
+            gc_cuts = {n: v.gc_cut for n, v in views.items()}
+            gc = cluster_gc_point(owners, gc_cuts, ust, self.gc_point)
+            log_end = {}
+            for v in views.values():
+                for tp, end in v.log_end.items():
+                    log_end[tp] = max(log_end.get(tp, 0), end)
+            holders = cut_holders(owners, views, log_end)
+            self.held = self.tracker.update(holders, time.monotonic())
+            changed = ust != self.ust or gc != self.gc_point
+            self.ust, self.gc_point, self.ust_ms, self.log_end = ust, gc, ust_ms, log_end
+        if changed:
+            self.store.db.put(b"Xcut", json.dumps({"ust": ust, "gc": gc, "ust_ms": ust_ms})
+                              .encode())
+        m = self.metrics
+        m.epoch.set(self.epoch.epoch)
+        for tp, o in ust.items():
+            m.ust.labels(self.node_id, tp).set(o)
+            m.gc_point.labels(self.node_id, tp).set(gc.get(tp, 0))
+        for tp, end in log_end.items():
+            m.lag.labels(self.node_id, tp).set(max(0, end - ust.get(tp, 0)))
+        m.held_back.clear()
+        if self.held:
+            m.held_back.labels(self.node_id, self.held["node"]).set(self.held["seconds"])
+
+    def _repair(self) -> None:
+        """Backfill gaps from peers; splice ranges that nobody can have (missing data)."""
+        part = self.epoch.partition_of(self.node_id)
+        with self.lock:
+            maps = {n: state_maps(s) for n, s in self.states.items()}
+            fresh = {n for n, t in self.last_seen.items()
+                     if time.monotonic() - t < self.cf.down_after_ms / 1000}
+        addresses = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id and n in fresh}
+        for k in part.log_partitions:
+            tp = f"txlog/{k}"
+            if not self.store.map("txlog", k).detached:
+                continue
+            peer_maps = {n: m[tp] for n, m in maps.items() if tp in m and n != self.node_id}
+            try:
+                self.backfiller.step(k, peer_maps, addresses,
+                                     on_copied=self.metrics.backfilled.inc)
+            except Exception as exc:  # a peer went away mid-copy: retry next tick
+                log.warning("backfill of %s paused: %s", tp, exc)
+            holders = self.epoch.holders()[tp]
+            if any(h not in fresh for h in holders):
+                continue
+            lost = unrecoverable(holders, {n: m[tp] for n, m in maps.items() if tp in m},
+                                 self.ingest.low.get(tp, 0))
+            if lost:
+                self._splice(k, lost)
+
+    def _splice(self, k: int, lost: list[tuple[int, int]]) -> None:
+        epoch = self.config.read_to_end()  # strongly consistent: no newer config may hold it
+        if epoch is not self.epoch:
+            return
+        batch = self.store.batch()
+        key = self.store.next_loss_key()
+        for i, (a, b) in enumerate(lost):
+            batch.map("txlog", k).splice(a, b)
+            entry = {"topic": "txlog", "partition": k, "start": a, "end": b,
+                     "epoch": epoch.epoch, "node": self.node_id,
+                     "detected_ms": int(time.time() * 1000)}
+            batch.put(key[:1] + (int.from_bytes(key[1:], "big") + i).to_bytes(8, "big"),
+                      json.dumps(entry).encode())
+            self.metrics.lost.labels(self.node_id, f"txlog/{k}").inc(b - a)
+            log.error("DATA LOST: txlog/%d [%d, %d) is held by no replica and is gone from "
+                      "Kafka; spliced into the interval map and recorded in the loss ledger",
+                      k, a, b)
+        batch.commit()
+
+    def _maybe_promote(self) -> None:
+        part = self.epoch.partition_of(self.node_id)
+        if self.node_id not in part.joining:
+            return
+        for k in part.log_partitions:
+            for topic in TOPICS:
+                m, tp = self.store.map(topic, k), f"{topic}/{k}"
+                if m.detached or m.base_end < self.ust.get(tp, 0) or \
+                        m.base_end < self.ingest.high.get(tp, 0):
+                    return
+        parts = tuple(Partition(p.name, p.log_partitions, p.replicas + (self.node_id,),
+                                tuple(j for j in p.joining if j != self.node_id))
+                      if p is part else p for p in self.epoch.partitions)
+        log.warning("caught up: promoting %s to a counting replica of %s", self.node_id, part.name)
+        append_epoch(self.settings, self.epoch.successor(
+            partitions=parts, reason=f"{self.node_id} caught up"))
+        self._follow_config()
+
+    def collect_garbage(self) -> None:
+        """Release what the policy allows below the GC point."""
+        now = int(time.time() * 1000)
+        for k in self.ingest.partitions:
+            point = self.gc_point.get(f"txlog/{k}", 0)
+            if point > self.store.map("txlog", k).floor or self.cf.release.min_age_ms:
+                self.metrics.released.inc(release(self.store, k, point, self.cf.release, now))
+
+    # ---- gossip ----------------------------------------------------------------------------
+    def _gossip_loop(self) -> None:
+        while not self.stopping.wait(self.period):
+            with self.lock:
+                mine = self._mine
+                others = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id}
+            gossip_round(self.peers, mine, others, self._receive, max(0.5, self.period * 2),
+                         self.pool)
+
+    def _receive(self, state: dict[str, Any]) -> None:
+        node = state["node_id"]
+        with self.lock:
+            if node == self.node_id or node not in self.epoch.nodes:
+                return  # removed nodes are no longer listened to
+            old = self.states.get(node)
+            if old is None or old["timestamp_ms"] <= state["timestamp_ms"]:
+                self.states[node] = state
+            self.last_seen[node] = time.monotonic()
+
+    # ---- RPC handlers ----------------------------------------------------------------------
+    def rpc_gossip(self, body: bytes) -> bytes:
+        """Push-pull: take the caller's state, answer with ours."""
+        self._receive(decode_state(body))
+        with self.lock:
+            return self._mine
+
+    def rpc_status(self, body: bytes) -> bytes:
+        """The ``replica status --json`` document."""
+        return json.dumps(build_status(self)).encode()
+
+    def rpc_digest(self, body: bytes) -> bytes:
+        """Digest and count of stored records in a range (backfill equality check)."""
+        req = json.loads(body)
+        digest, count = self.store.digest(req["partition"], req["start"], req["end"])
+        return json.dumps({"digest": str(digest), "count": count}).encode()
+
+    def rpc_fetch(self, body: bytes) -> bytes:
+        """Stored records of a range."""
+        req = json.loads(body)
+        return pack_records(self.store.records(req["partition"], req["start"], req["end"]))
+
+    def pin(self, barrier: dict[str, int]) -> tuple[str, dict[str, int]]:
+        """Hold the GC point at ``barrier`` (raised to the current GC point) until unpinned."""
+        with self.lock:
+            pin_id = uuid.uuid4().hex
+            self.pins[pin_id] = clamp_pin(barrier, self.gc_point)
+            return pin_id, self.pins[pin_id]
+
+    def unpin(self, pin_id: str) -> bool:
+        """Release a pin."""
+        with self.lock:
+            return self.pins.pop(pin_id, None) is not None
+
+    def rpc_pin(self, body: bytes) -> bytes:
+        """``{barrier: {tp: offset}}`` -> ``{pin, barrier}``."""
+        pin_id, barrier = self.pin(json.loads(body)["barrier"])
+        return json.dumps({"pin": pin_id, "barrier": barrier}).encode()
+
+    def rpc_unpin(self, body: bytes) -> bytes:
+        """``{pin}`` -> ``{released}``."""
+        return json.dumps({"released": self.unpin(json.loads(body)["pin"])}).encode()
+
+
+def _entries(cut: dict[str, int]) -> list[dict[str, Any]]:
+    out = []
+    for tp, o in sorted(cut.items()):
+        topic, _, k = tp.partition("/")
+        out.append({"topic": topic, "partition": int(k), "offset": int(o)})
+    return out

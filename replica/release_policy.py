@@ -1,0 +1,56 @@
+"""GC with the release policy: below the GC point a record is dropped only when every rule
+allows it — acked (Ack applied below the GC point) or purged (a Purge of its peer between it
+and the GC point), older than ``min_age_ms``, and the size rule (keep at least
+``retain_bytes`` of records per partition) allows it. The interval map floor is raised in the
+same write batch.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from log.codec import default_codec
+from log.exceptions import CodecError
+from replica.config import ReleasePolicy
+from replica.store import Store, data_key
+
+__all__ = ["release"]
+
+_H = struct.Struct(">H")
+
+
+def release(store: Store, partition: int, point: int, policy: ReleasePolicy,
+            now_ms: int) -> int:
+    """Drop what the policy allows in txlog ``partition`` below ``point``; returns the
+    number of records released."""
+    m = store.map("txlog", partition)
+    point = min(point, m.base_end)
+    if point <= 0:
+        return 0
+    if policy.retain_bytes and store.db.approximate_size(
+            data_key(partition, 0), data_key(partition, 1 << 62)) <= policy.retain_bytes:
+        return 0
+    decode = default_codec().decode
+    old_enough = now_ms - policy.min_age_ms
+    batch = store.batch()
+    released = 0
+    for off, value in store.records(partition, 0, point):
+        try:
+            dec = decode(value)
+        except CodecError:
+            continue
+        rec = dec.record
+        if rec["timestamp_ms"] > old_enough:
+            continue
+        if dec.name == "Send":
+            peer, msg_id = rec["recipient"], rec["message_id"]
+            acked = store.ack_offset(partition, peer, msg_id)
+            if acked is not None and acked < point:
+                batch.delete(b"A" + _H.pack(partition) + f"{peer}\0{msg_id}".encode())
+            elif not store.purged_between(partition, peer, off, point):
+                continue
+        batch.delete(data_key(partition, off))
+        released += 1
+    batch.map("txlog", partition).compact_below(point)
+    batch.commit()
+    return released

@@ -1,0 +1,125 @@
+"""The CLI as a user runs it: local up/status/kill/up/down, load, bench produce."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from log.consumer import LogConsumer
+from log.local_cluster import LocalStack
+from log.processes import is_alive
+from log.topics import describe_topics
+from tests.support import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def tidemark(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_BOOTSTRAP"}
+    env["TIDEMARK_STATE_DIR"] = str(state)
+    proc = subprocess.run([sys.executable, "-m", "log.console", *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cli_stack(tmp_path_factory: pytest.TempPathFactory):
+    if os.environ.get("TIDEMARK_BOOTSTRAP"):
+        pytest.skip("this test starts its own stack through the CLI")
+    state = tmp_path_factory.mktemp("cli") / "state"
+    tidemark("local", "up", "--brokers", "3", state=state)
+    yield state
+    tidemark("local", "down", state=state, check=False)
+
+
+def test_up_status_topics(cli_stack: Path) -> None:
+    status = json.loads(tidemark("local", "status", "--json", state=cli_stack).stdout)
+    assert [b["id"] for b in status["brokers"]] == [1, 2, 3]
+    assert all(b["up"] and b["address"].startswith("127.0.0.1:") for b in status["brokers"])
+    assert status["bootstrap"] == ",".join(b["address"] for b in status["brokers"])
+    assert status["replicas"] == [] and status["spark"] is None
+    info = describe_topics(LocalStack(cli_stack).settings())
+    assert len(info) == 5
+    assert all(t["replication_factor"] == 3 and t["min.insync.replicas"] == 2
+               for t in info.values())
+
+
+def test_load_counts_match_a_plain_consumer(cli_stack: Path) -> None:
+    out = tidemark("load", "--peers", "20", "--messages", "5000", "--ack-ratio", "0.4",
+                   "--json", state=cli_stack).stdout
+    summary = json.loads(out)
+    assert summary["sent"] == 5000 and 1500 < summary["acked"] < 2500
+    assert sum(p["sent"] for p in summary["peers"].values()) == 5000
+    assert sum(p["acked"] for p in summary["peers"].values()) == summary["acked"]
+    settings = LocalStack(cli_stack).settings()
+    consumer = LogConsumer(settings)
+    consumer.assign({("txlog", p): 0 for p in range(settings.partitions)})
+    want = sum(summary["end_offsets"].values())
+    msgs: list = []
+    wait_for(lambda: msgs.extend(consumer.consume_batch(5000, 0.2)) or len(msgs) >= want,
+             what="txlog read back")
+    consumer.close()
+    counts: dict[str, dict[str, int]] = {}
+    for m in msgs:
+        d = consumer.decode(m)
+        peer = m.key().decode()
+        row = counts.setdefault(peer, {"sent": 0, "acked": 0})
+        row["sent" if d.name == "Send" else "acked"] += 1
+    assert counts == summary["peers"]
+    assert want == summary["sent"] + summary["acked"]
+
+
+def test_bench_produce_prints_both_rates(cli_stack: Path) -> None:
+    out = tidemark("bench", "produce", "--messages", "20000", "--rounds", "1", "--json",
+                   state=cli_stack).stdout
+    result = json.loads(out)
+    assert result["raw_msgs_per_s"] > 0 and result["log_msgs_per_s"] > 0
+    assert result["ratio"] == pytest.approx(result["log_msgs_per_s"] / result["raw_msgs_per_s"],
+                                            abs=0.01)
+    text = tidemark("bench", "produce", "--messages", "5000", "--rounds", "1",
+                    state=cli_stack).stdout
+    assert "raw confluent-kafka producer" in text and "ratio" in text
+
+
+def test_kill_then_up_restarts_only_the_missing_broker(cli_stack: Path) -> None:
+    before = {b["id"]: b["pid"] for b in
+              json.loads(tidemark("local", "status", "--json", state=cli_stack).stdout)["brokers"]}
+    tidemark("local", "kill", "broker-2", state=cli_stack)
+    after_kill = json.loads(tidemark("local", "status", "--json", state=cli_stack).stdout)
+    assert [b["up"] for b in after_kill["brokers"]] == [True, False, True]
+    tidemark("local", "up", state=cli_stack)
+    after = {b["id"]: b["pid"] for b in
+             json.loads(tidemark("local", "status", "--json", state=cli_stack).stdout)["brokers"]}
+    assert after[1] == before[1] and after[3] == before[3] and after[2] != before[2]
+
+
+def test_errors_are_one_line(cli_stack: Path) -> None:
+    proc = tidemark("local", "kill", "no-such", state=cli_stack, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "no process named" in proc.stderr
+    bad = cli_stack.parent / "bad.toml"
+    bad.write_text("[kafka\n")
+    proc = tidemark("load", "--config", str(bad), state=cli_stack, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("tidemark: error: ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_down_leaves_no_process(tmp_path: Path) -> None:
+    if os.environ.get("TIDEMARK_BOOTSTRAP"):
+        pytest.skip("starts its own stack")
+    state = tmp_path / "s"
+    tidemark("local", "up", "--brokers", "3", state=state)
+    pids = [b["pid"] for b in json.loads(
+        tidemark("local", "status", "--json", state=state).stdout)["brokers"]]
+    assert all(is_alive(p) for p in pids)
+    tidemark("local", "down", state=state)
+    assert not any(is_alive(p) for p in pids)
+    out = subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True).stdout
+    assert out.strip() == ""

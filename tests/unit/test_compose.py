@@ -1,0 +1,71 @@
+"""docker-compose.yml: the deployment's structure (no Docker engine runs here)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+REPLICAS = ["p0r0", "p0r1", "p1r0", "p1r1"]
+
+
+def test_services_present() -> None:
+    assert {"kafka-1", "kafka-2", "kafka-3", "topic-init", "spark", *REPLICAS} <= set(SERVICES)
+
+
+def test_brokers_form_one_kraft_quorum_with_durable_defaults() -> None:
+    ids, voters = set(), set()
+    for name in ("kafka-1", "kafka-2", "kafka-3"):
+        svc = SERVICES[name]
+        env = svc["environment"]
+        assert svc["image"].startswith("apache/kafka:4.")
+        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false"
+        assert "healthcheck" in svc and svc["volumes"]
+        ids.add(env["KAFKA_NODE_ID"])
+        voters.add(env["KAFKA_CONTROLLER_QUORUM_VOTERS"])
+    assert ids == {"1", "2", "3"} and len(voters) == 1
+
+
+def test_topic_init_waits_for_healthy_brokers() -> None:
+    deps = SERVICES["topic-init"]["depends_on"]
+    assert {k: v["condition"] for k, v in deps.items()} == {
+        f"kafka-{i}": "service_healthy" for i in (1, 2, 3)}
+    assert SERVICES["topic-init"]["command"][:2] == ["topics", "create"]
+
+
+def test_every_replica_gets_its_config_and_own_volume() -> None:
+    volumes_seen = set()
+    config = tomllib.loads((ROOT / "deploy" / "cluster.toml").read_text())
+    for name in REPLICAS:
+        svc = SERVICES[name]
+        assert svc["depends_on"]["topic-init"]["condition"] == "service_completed_successfully"
+        cmd = svc["command"]
+        assert cmd[:2] == ["replica", "run"] and cmd[cmd.index("--node") + 1] == name
+        mounts = svc["volumes"]
+        cfg = cmd[cmd.index("--config") + 1]
+        assert any(m.endswith(f":{cfg}:ro") for m in mounts)
+        data = [m.split(":")[0] for m in mounts if m.split(":")[1] == "/var/lib/tidemark"]
+        assert len(data) == 1 and data[0] in COMPOSE["volumes"]
+        volumes_seen.add(data[0])
+        assert "healthcheck" in svc
+        assert name in config["nodes"]
+        assert config["nodes"][name]["address"].startswith(f"{name}:")
+    assert len(volumes_seen) == len(REPLICAS)
+    owners = [r for p in config["cluster"]["partitions"] for r in p["replicas"]]
+    assert sorted(owners) == sorted(REPLICAS)
+
+
+def test_spark_job_has_a_checkpoint_volume() -> None:
+    svc = SERVICES["spark"]
+    cmd = svc["command"]
+    assert cmd[:2] == ["queues", "run"]
+    ckpt = cmd[cmd.index("--checkpoint") + 1]
+    assert any(ckpt.startswith(m.split(":")[1]) and m.split(":")[0] in COMPOSE["volumes"]
+               for m in svc["volumes"])
