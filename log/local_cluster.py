@@ -154,7 +154,7 @@ class LocalStack:
         jars = jvm.ensure_jars("kafka")
         java = jvm.java_binary()
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
-        specs = []
+        specs, formats = [], []
         for i in range(count):
             node, port, cport = i + 1, ports[2 * i], ports[2 * i + 1]
             folder = self.state_dir / f"broker-{node}"
@@ -165,11 +165,13 @@ class LocalStack:
                     "-Djava.awt.headless=true",
                     f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
                     f"-Dkafka.logs.dir={folder / 'logs'}", "-cp", f"{jars}/*"]
-            _run_checked(base + ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                                 "-c", str(props), "--ignore-formatted"], f"format broker-{node}")
+            formats.append((f"format broker-{node}", base + [
+                "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                "-c", str(props), "--ignore-formatted"]))
             specs.append(ProcessSpec(name=f"broker-{node}", kind="broker",
                                      argv=base + ["kafka.Kafka", str(props)],
                                      address=f"127.0.0.1:{port}", ready_port=port))
+        _run_all(formats)
         self.state["cluster_id"] = cluster_id
         self.state["bootstrap"] = ",".join(s.address for s in specs)
         return specs
@@ -266,9 +268,13 @@ def _server_properties(node: int, port: int, cport: int, voters: str, folder: Pa
     ])
 
 
-def _run_checked(argv: list[str], what: str) -> None:
+def _run_all(commands: list[tuple[str, list[str]]]) -> None:
+    """Run commands in parallel; raise with the last output line of the first that failed."""
     import subprocess
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["(no output)"]
-        raise ClusterLaunchError(f"{what} failed: {lines[-1][:300]}")
+    procs = [(what, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)) for what, argv in commands]
+    for what, proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            lines = out.strip().splitlines() or ["(no output)"]
+            raise ClusterLaunchError(f"{what} failed: {lines[-1][:300]}")

@@ -1,0 +1,76 @@
+"""Helpers (no tests) for replica integration tests: a local stack of real node processes on the
+session's Kafka cluster, under a unique topic prefix."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+
+from gossip.exchange import Peers
+from log.local_cluster import LocalStack
+from log.offsets import end_offsets
+from replica.config import load_cluster_file
+from replica.local import CONFIG_NAME, plan, write_cluster_file
+
+__all__ = ["replica_stack", "status", "ends", "txlog_ust"]
+
+_VARS = ("TIDEMARK_BOOTSTRAP", "TIDEMARK_TOPIC_PREFIX", "TIDEMARK_PARTITIONS")
+
+
+@contextmanager
+def replica_stack(bootstrap: str, folder: Path, layout: str, extra_toml: str = "",
+                  gossip_ms: int = 200) -> Iterator[LocalStack]:
+    """A LocalStack on the existing cluster with replica nodes of ``layout`` running."""
+    saved = {v: os.environ.get(v) for v in _VARS}
+    os.environ.update({"TIDEMARK_BOOTSTRAP": bootstrap, "TIDEMARK_PARTITIONS": "4",
+                       "TIDEMARK_TOPIC_PREFIX": f"h3t{uuid.uuid4().hex[:8]}."})
+    stack = LocalStack(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_cluster_file(folder / CONFIG_NAME,
+                           {"bootstrap": bootstrap,
+                            "topic_prefix": os.environ["TIDEMARK_TOPIC_PREFIX"],
+                            "partitions": 4}, layout, 4, gossip_ms,
+                           "\n[release]\ngc_interval_ms = 500\n" + extra_toml)
+        stack.up(extra=[lambda s: plan(s, layout)], timeout_s=60)
+        yield stack
+    finally:
+        stack.down(grace_s=5)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def status(stack: LocalStack, node: str | None = None) -> dict | None:
+    """A node's status document (the first answering node if ``node`` is None)."""
+    cf = load_cluster_file(stack.state_dir / CONFIG_NAME)
+    peers = Peers()
+    try:
+        for spec in cf.nodes.values():
+            if node is not None and spec.node_id != node:
+                continue
+            try:
+                return json.loads(peers.call(spec.address, "Status", b"", timeout=3))
+            except grpc.RpcError:
+                continue
+        return None
+    finally:
+        peers.close()
+
+
+def ends(stack: LocalStack) -> dict[str, int]:
+    """``{"txlog/k": high watermark}``."""
+    return {f"txlog/{k}": o for k, o in end_offsets(stack.settings(), "txlog").items()}
+
+
+def txlog_ust(doc: dict | None) -> dict[str, int]:
+    """The txlog part of a status document's UST."""
+    return {tp: o for tp, o in (doc or {}).get("ust", {}).items() if tp.startswith("txlog/")}
