@@ -1,7 +1,7 @@
 """The Structured Streaming query: txlog -> per-peer state -> queues (+ progress, deadletter).
 
 Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Settings`) ->
-``groupBy(key).applyInPandasWithState`` (state in the RocksDB state store, one serialized
+``groupBy(key).transformWithStateInPandas`` (state in the RocksDB state store, one serialized
 :class:`~spark_streaming.queue_state.PeerState` per peer) -> ``foreachBatch``, which
 
 1. writes the batch's QueueEntry upserts and tombstones with Spark's Kafka sink to queues
@@ -123,19 +123,33 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return opts
 
 
-def _group_fn(ttl_ms: int):  # -> the applyInPandasWithState function
-    def fn(key: tuple, frames: Iterator[Any], state: Any) -> Iterator[Any]:
-        import pandas as pd
-        rows = pd.concat(list(frames), ignore_index=True)
-        blob = state.get[0] if state.exists else None
-        out, new_blob = process_peer(key[0], rows, blob, ttl_ms)
-        if new_blob is None:
-            if state.exists:
-                state.remove()
-        else:
-            state.update((new_blob,))
-        yield out
-    return fn
+def _processor(ttl_ms: int) -> Any:
+    """A ``StatefulProcessor`` keeping one serialized PeerState per txlog key."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class QueueProcessor(StatefulProcessor):
+        """Applies a peer's rows of the batch to its state; emits the transform's rows."""
+
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("peer", STATE_SCHEMA)
+
+        def handleInputRows(self, key: tuple, rows: Iterator[Any],
+                            timerValues: Any) -> Iterator[Any]:
+            import pandas as pd
+            frame = pd.concat(list(rows), ignore_index=True)
+            blob = self.state.get()[0] if self.state.exists() else None
+            out, new_blob = process_peer(key[0], frame, blob, ttl_ms)
+            if new_blob is None:
+                if blob is not None:
+                    self.state.clear()
+            else:
+                self.state.update((new_blob,))
+            yield out
+
+        def close(self) -> None:
+            pass
+
+    return QueueProcessor()
 
 
 class BatchWriter:
@@ -178,7 +192,9 @@ class BatchWriter:
             if row["kind"] == MARK:
                 top[row["partition"]] = max(top.get(row["partition"], -1), row["offset"])
             else:
-                producer.produce_raw(producer.topic("deadletter"), row["key"], row["value"],
+                key = None if row["key"] is None else bytes(row["key"])
+                value = None if row["value"] is None else bytes(row["value"])
+                producer.produce_raw(producer.topic("deadletter"), key, value,
                                      headers=[("tidemark.reason", row["reason"].encode()[:1000]),
                                               ("tidemark.source", b"spark-queues"),
                                               ("tidemark.topic", txlog.encode()),
@@ -205,9 +221,13 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
         .option("startingOffsets", options.starting_offsets) \
         .option("failOnDataLoss", str(options.fail_on_data_loss).lower()) \
         .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger)).load()
-    grouped = source.select("key", "value", "partition", "offset").groupBy("key")
-    out = grouped.applyInPandasWithState(_group_fn(options.ack_ttl_ms), OUTPUT_SCHEMA,
-                                         STATE_SCHEMA, "update", "NoTimeout")
+    from pyspark.sql import functions as F
+    # A null key becomes the empty key: a group of its own whose records are dead letters.
+    rows = source.select(F.coalesce("key", F.lit(b"")).alias("key"), "value", "partition",
+                         "offset")
+    out = rows.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=_processor(options.ack_ttl_ms), outputStructType=OUTPUT_SCHEMA,
+        outputMode="Update", timeMode="None")
     return out.writeStream.queryName(options.query_name).outputMode("update") \
         .option("checkpointLocation", options.checkpoint) \
         .trigger(processingTime=options.trigger).foreachBatch(BatchWriter(settings)).start()

@@ -1,6 +1,6 @@
 """The per-peer step of the job, on pandas: decode a peer's txlog rows, apply them, emit rows.
 
-This is what runs inside Spark's ``applyInPandasWithState`` for one group (one txlog key),
+This is what runs inside Spark's ``transformWithStateInPandas`` for one group (one txlog key),
 kept free of Spark so it can be tested alone. Output rows (:data:`OUTPUT_SCHEMA`) are:
 
 * ``entry``: a QueueEntry upsert (``key`` = peer NUL message id, ``value`` = QueueEntry);
@@ -47,7 +47,7 @@ def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: 
 
 
 def _peer_of(key: Any) -> str | None:
-    if key is None:
+    if key is None or len(key) == 0:
         return None
     try:
         return bytes(key).decode("utf-8")
@@ -76,7 +76,7 @@ def process_peer(key: Any, rows: pd.DataFrame, blob: bytes | None, ttl_ms: int,
             events.append(_event(peer, decoded.name, decoded.record, off))
             where[off] = part
         except (CodecError, ValueError, KeyError, TypeError) as exc:
-            out.append((DEAD, None if key is None else bytes(key),
+            out.append((DEAD, bytes(key) if key else None,
                         None if value is None else bytes(value), part, off,
                         f"{type(exc).__name__}: {exc}"))
     changes = apply_events(state, events, ttl_ms) if events else []

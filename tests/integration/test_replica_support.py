@@ -24,7 +24,7 @@ _VARS = ("TIDEMARK_BOOTSTRAP", "TIDEMARK_TOPIC_PREFIX", "TIDEMARK_PARTITIONS")
 
 
 @contextmanager
-def replica_stack(bootstrap: str, folder: Path, layout: str, extra_toml: str = "",
+def replica_stack(bootstrap: str, folder: Path, layout: str, min_age_ms: int = 0,
                   gossip_ms: int = 200) -> Iterator[LocalStack]:
     """A LocalStack on the existing cluster with replica nodes of ``layout`` running."""
     saved = {v: os.environ.get(v) for v in _VARS}
@@ -37,7 +37,7 @@ def replica_stack(bootstrap: str, folder: Path, layout: str, extra_toml: str = "
                            {"bootstrap": bootstrap,
                             "topic_prefix": os.environ["TIDEMARK_TOPIC_PREFIX"],
                             "partitions": 4}, layout, 4, gossip_ms,
-                           "\n[release]\ngc_interval_ms = 500\n" + extra_toml)
+                           f"\n[release]\ngc_interval_ms = 500\nmin_age_ms = {min_age_ms}\n")
         stack.up(extra=[lambda s: plan(s, layout)], timeout_s=60)
         yield stack
     finally:
