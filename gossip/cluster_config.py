@@ -21,7 +21,9 @@ from log.settings import Settings
 
 __all__ = ["Partition", "Epoch", "validate", "fold", "ConfigLog", "append_epoch", "TOPICS"]
 
-TOPICS = ("txlog", "queues")
+#: Topics the stable cut and GC point cover. ``queues`` is compacted and may be rebuilt from
+#: scratch by a node (see docs/replica.md), so its maps are shown but not part of the cut.
+TOPICS = ("txlog",)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Epoch:
         return None
 
     def owners(self) -> dict[str, list[str]]:
-        """``{tp: counting replicas}`` for every txlog and queues partition."""
+        """``{tp: counting replicas}`` for every txlog partition."""
         return {f"{t}/{k}": list(p.replicas) for p in self.partitions
                 for k in p.log_partitions for t in TOPICS}
 

@@ -16,14 +16,17 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
 from gossip.exchange import Peers, decode_state, encode_state, gossip_round, state_maps, state_view
 from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
 from gossip.missing import unrecoverable
 from gossip.stable_cut import HoldTracker, cut_holders, stable_cut, stable_cut_ms
+from log.exceptions import TidemarkError
 from replica.backfill import Backfiller
 from replica.config import ClusterFile
-from replica.exceptions import ClusterConfigError
+from replica.exceptions import ClusterConfigError, ReplicaError
 from replica.grpc_server import pack_records, start_server
 from replica.ingest import TOPICS, Ingestor
 from replica.metrics import NodeMetrics
@@ -70,7 +73,12 @@ class Node:
         """Open the store, read the config to its end, serve, assign partitions."""
         self.store = Store(self.cf.data_dir / self.node_id, self.node_id)
         self.config = ConfigLog(self.settings)
-        epoch = self.config.read_to_end()
+        try:
+            epoch = self.config.read_to_end()
+        except (KafkaException, TimeoutError) as exc:
+            detail = exc.args[0].str() if isinstance(exc, KafkaException) else str(exc)
+            raise ReplicaError(f"cannot read the config topic from Kafka at "
+                               f"{self.settings.bootstrap}: {detail}") from None
         if epoch is None:
             if self.node_id not in self.cf.nodes:
                 raise ClusterConfigError(f"node {self.node_id!r} is not in {self.cf.path}")
@@ -134,13 +142,16 @@ class Node:
     # ---- periodic work ---------------------------------------------------------------------
     def tick(self) -> None:
         """Follow the config, publish our state, recompute cut / GC point, repair gaps."""
-        self._follow_config()
-        if self.stopping.is_set():
-            return
-        self._publish()
-        self._recompute()
-        self._repair()
-        self._maybe_promote()
+        try:
+            self._follow_config()
+            if self.stopping.is_set():
+                return
+            self._publish()
+            self._recompute()
+            self._repair()
+            self._maybe_promote()
+        except (KafkaException, TimeoutError, TidemarkError) as exc:  # retried next period
+            log.warning("periodic work failed, will retry: %s", exc)
 
     def _follow_config(self) -> None:
         new = self.config.poll()
@@ -275,14 +286,27 @@ class Node:
         batch.commit()
 
     def _maybe_promote(self) -> None:
+        """A joining node counts only once it holds everything the counting replicas hold:
+        no gaps, at its high watermark, and at or past every counting replica's gossiped
+        base end and cut (so promoting it cannot make the cut cover what it lacks)."""
         part = self.epoch.partition_of(self.node_id)
         if self.node_id not in part.joining:
+            return
+        now = time.monotonic()
+        with self.lock:
+            views = {n: state_view(self.states[n]) for n in part.replicas if n in self.states
+                     and now - self.last_seen.get(n, -1e9) < self.cf.down_after_ms / 1000}
+            cuts = [{f"{e['topic']}/{e['partition']}": e["offset"] for e in s.get("ust", [])}
+                    for s in self.states.values()]
+        if set(views) != set(part.replicas):
             return
         for k in part.log_partitions:
             for topic in TOPICS:
                 m, tp = self.store.map(topic, k), f"{topic}/{k}"
-                if m.detached or m.base_end < self.ust.get(tp, 0) or \
-                        m.base_end < self.ingest.high.get(tp, 0):
+                need = max([self.ust.get(tp, 0)] + [c.get(tp, 0) for c in cuts]
+                           + [v.base.get(tp, (0, 1 << 62))[1] for v in views.values()])
+                if m.detached or tp not in self.ingest.high or m.base_end < need or \
+                        m.base_end < self.ingest.high[tp]:
                     return
         parts = tuple(Partition(p.name, p.log_partitions, p.replicas + (self.node_id,),
                                 tuple(j for j in p.joining if j != self.node_id))

@@ -1,7 +1,8 @@
 """The Structured Streaming query: txlog -> per-peer state -> queues (+ progress, deadletter).
 
 Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Settings`) ->
-``groupBy(key).transformWithStateInPandas`` (state in the RocksDB state store, one serialized
+``groupBy(partition).transformWithStateInPandas`` (state in the RocksDB state store: a
+MapState per txlog partition with one serialized
 :class:`~spark_streaming.queue_state.PeerState` per peer) -> ``foreachBatch``, which
 
 1. writes the batch's QueueEntry upserts and tombstones with Spark's Kafka sink to queues
@@ -30,10 +31,10 @@ from log.producer import LogProducer
 from log.settings import Settings
 from spark_streaming.exceptions import QueryFailedError, SparkUnavailableError
 from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, progress_key
-from spark_streaming.transform import (DEAD, ENTRY, MARK, OUTPUT_SCHEMA, STATE_SCHEMA,
-                                       TOMBSTONE, process_peer)
+from spark_streaming.transform import (DEAD, ENTRY, MARK, OUTPUT_SCHEMA, PEER_KEY_SCHEMA,
+                                       STATE_SCHEMA, TOMBSTONE, process_rows)
 
-__all__ = ["JobOptions", "spark_conf", "build_session", "kafka_options", "start_query",
+__all__ = ["JobOptions", "txlog_partitions", "spark_conf", "build_session", "kafka_options", "start_query",
            "run_job", "BatchWriter"]
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,19 @@ class JobOptions:
     query_name: str = "tidemark-queues"
 
 
+def txlog_partitions(settings: Settings) -> int:
+    """txlog's actual partition count (``settings.partitions`` if it cannot be read)."""
+    try:
+        from log.offsets import watermarks
+        return len(watermarks(settings, "txlog")) or settings.partitions
+    except TidemarkError:
+        return settings.partitions
+
+
 def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
     """Spark settings for the job: RocksDB state store, small shuffles, quiet logs."""
     conf = {
-        "spark.sql.shuffle.partitions": str(settings.partitions),
+        "spark.sql.shuffle.partitions": str(txlog_partitions(settings)),
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -124,27 +134,31 @@ def kafka_options(settings: Settings) -> dict[str, str]:
 
 
 def _processor(ttl_ms: int) -> Any:
-    """A ``StatefulProcessor`` keeping one serialized PeerState per txlog key."""
+    """A ``StatefulProcessor`` for one txlog partition; each peer's state is a MapState entry."""
     from pyspark.sql.streaming import StatefulProcessor
 
     class QueueProcessor(StatefulProcessor):
-        """Applies a peer's rows of the batch to its state; emits the transform's rows."""
+        """Applies a partition's rows of the batch to its peers' states; emits output rows."""
 
         def init(self, handle: Any) -> None:
-            self.state = handle.getValueState("peer", STATE_SCHEMA)
+            self.peers = handle.getMapState("peers", PEER_KEY_SCHEMA, STATE_SCHEMA)
+
+        def _load(self, peer: str) -> bytes | None:
+            row = self.peers.getValue((peer,))
+            return None if row is None else bytes(row[0])
+
+        def _store(self, peer: str, blob: bytes | None) -> None:
+            if blob is None:
+                if self.peers.containsKey((peer,)):
+                    self.peers.removeKey((peer,))
+            else:
+                self.peers.updateValue((peer,), (blob,))
 
         def handleInputRows(self, key: tuple, rows: Iterator[Any],
                             timerValues: Any) -> Iterator[Any]:
             import pandas as pd
             frame = pd.concat(list(rows), ignore_index=True)
-            blob = self.state.get()[0] if self.state.exists() else None
-            out, new_blob = process_peer(key[0], frame, blob, ttl_ms)
-            if new_blob is None:
-                if blob is not None:
-                    self.state.clear()
-            else:
-                self.state.update((new_blob,))
-            yield out
+            yield process_rows(frame, self._load, self._store, ttl_ms)
 
         def close(self) -> None:
             pass
@@ -173,16 +187,21 @@ class BatchWriter:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
+        t0 = time.perf_counter()
         df = df.persist()
         try:
             rows = df.where(F.col("kind").isin(ENTRY, TOMBSTONE))
             rows.select("key", "value", "partition").write.format("kafka") \
                 .options(**self.sink_options).save()
+            t1 = time.perf_counter()
             small = df.where(F.col("kind").isin(DEAD, MARK)).select(
                 "kind", "key", "value", "partition", "offset", "reason").collect()
         finally:
             df.unpersist()
+        t2 = time.perf_counter()
         self._finish(batch_id, small)
+        log.debug("batch %d: rows %.0f ms, collect %.0f ms, progress %.0f ms", batch_id,
+                  (t1 - t0) * 1e3, (t2 - t1) * 1e3, (time.perf_counter() - t2) * 1e3)
 
     def _finish(self, batch_id: int, small: list[Any]) -> None:
         producer = self.producer
@@ -221,11 +240,10 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
         .option("startingOffsets", options.starting_offsets) \
         .option("failOnDataLoss", str(options.fail_on_data_loss).lower()) \
         .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger)).load()
-    from pyspark.sql import functions as F
-    # A null key becomes the empty key: a group of its own whose records are dead letters.
-    rows = source.select(F.coalesce("key", F.lit(b"")).alias("key"), "value", "partition",
-                         "offset")
-    out = rows.groupBy("key").transformWithStateInPandas(
+    # Grouping by txlog partition (not by peer) keeps the per-group cost of the Python
+    # state API to one call per partition; peers are MapState entries inside the group.
+    rows = source.select("key", "value", "partition", "offset")
+    out = rows.groupBy("partition").transformWithStateInPandas(
         statefulProcessor=_processor(options.ack_ttl_ms), outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="None")
     return out.writeStream.queryName(options.query_name).outputMode("update") \
@@ -248,15 +266,16 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
         previous = {}
     try:
         query = start_query(spark, settings, options)
-        log.warning("queues job started in %.1fs (checkpoint %s)", time.monotonic() - started,
-                    options.checkpoint)
+        print(f"tidemark: queues job running ({time.monotonic() - started:.1f}s to start;"
+              f" txlog {settings.topic('txlog')}, checkpoint {options.checkpoint})",
+              file=sys.stderr, flush=True)
         if ready is not None:
             ready(query)
         while not stop["requested"]:
             if query.awaitTermination(0.5):
                 break
         if stop["requested"]:
-            query.stop()
+            _quietly(query.stop)  # the JVM shares our process group and may be exiting too
             return 0
         exc = query.exception()
         if exc is not None:
@@ -265,6 +284,8 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
     except TidemarkError:
         raise
     except Exception as exc:  # py4j / Spark analysis errors: one readable line
+        if stop["requested"]:  # SIGTERM reached the JVM too; it stopped on its own
+            return 0
         if type(exc).__name__ in ("StreamingQueryException", "AnalysisException",
                                   "Py4JJavaError", "IllegalArgumentException"):
             raise QueryFailedError(f"the queues query failed: {str(exc).splitlines()[0][:400]}") \
@@ -273,5 +294,13 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if os.environ.get("TIDEMARK_SPARK_KEEP_SESSION") != "1":
-            spark.stop()
+        _quietly(spark.stop)
+
+
+def _quietly(action: Any) -> None:
+    """Run a shutdown step; a JVM that is already gone is not an error when stopping."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    try:
+        action()
+    except Exception as exc:  # Py4JError, ConnectionError... the JVM exited first
+        log.info("ignored during shutdown: %s", type(exc).__name__)

@@ -35,7 +35,7 @@ def _produce(settings, total: int, stop: threading.Event, errors: list) -> None:
                 "delivery_count": 0})
             if i % 2000 == 0:
                 producer.poll(0)
-                time.sleep(0.02)  # spread the load over several seconds
+                time.sleep(0.1)  # spread the load over ~10 s so the kills land mid-ingest
         producer.flush()
     except Exception as exc:  # surfaced by the test
         errors.append(exc)
@@ -48,14 +48,13 @@ def test_kill9_during_ingest_loses_and_duplicates_nothing(bootstrap: str, tmp_pa
     with replica_stack(bootstrap, tmp_path / "stack", "1x1", min_age_ms=3_600_000) as stack:
         settings = stack.settings()
         done, errors = threading.Event(), []
-        writer = threading.Thread(target=_produce, args=(settings, 150_000, done, errors))
+        writer = threading.Thread(target=_produce, args=(settings, 200_000, done, errors))
         writer.start()
         kills = 0
-        while kills < 3 or not done.is_set():
-            time.sleep(rng.uniform(0.2, 1.2))  # a random moment, not a synchronization
-            if kills >= 3:
-                break
-            stack.kill("p0r0")
+        while kills < 3:
+            time.sleep(rng.uniform(0.2, 1.0))  # a random moment, not a synchronization
+            assert not done.is_set(), "the load ended before the third kill"
+            stack.kill("p0r0")  # while records are still being appended and applied
             kills += 1
             stack.up(extra=[lambda s: plan(s, "1x1")], timeout_s=60)
         writer.join(120)

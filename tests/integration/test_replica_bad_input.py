@@ -77,3 +77,17 @@ def test_missing_config_and_unreachable_status(tmp_path: Path) -> None:
                          "a"), "does not exist")
     _one_error_line(_cli("replica", "status", "--address", "127.0.0.1:1", "--timeout", "1"),
                     "no replica node answered")
+
+
+def test_node_not_in_config(bootstrap: str, tmp_path: Path) -> None:
+    import uuid
+    path = tmp_path / "cluster.toml"
+    path.write_text(render_cluster_file(
+        {"bootstrap": bootstrap, "topic_prefix": f"h3bad{uuid.uuid4().hex[:6]}.",
+         "partitions": 2}, "data", [PartitionSpec("p0", (0, 1), ("p0r0",))],
+        [NodeSpec("p0r0", "127.0.0.1:1", 0)]))
+    from log.settings import load_settings
+    from log.topics import ensure_topics
+    ensure_topics(load_settings(path, env={}))
+    _one_error_line(_cli("replica", "run", "--config", str(path), "--node", "zz"),
+                    "node 'zz' is not in")

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
+from log.codec import default_codec
 from log.consumer import LogConsumer
 from log.load import generate_load
 from log.offsets import end_offsets
-from replica.local import CONFIG_NAME, plan
+from replica.local import CONFIG_NAME
 from tests.support import wait_for
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
@@ -23,10 +25,20 @@ pytestmark = pytest.mark.integration
 P0 = ("txlog/0", "txlog/2")  # owned by p0r0 and p0r1 (k mod 2 == 0)
 
 
+def _tidemark(stack, *args: str) -> subprocess.CompletedProcess:
+    """Run the real CLI against the test's stack (env carries bootstrap and topic prefix)."""
+    proc = subprocess.run([sys.executable, "-m", "log.console", *args, "--state-dir",
+                           str(stack.state_dir)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path: Path) -> None:
     with replica_stack(bootstrap, tmp_path / "stack", "2x2") as stack:
-        settings = stack.settings()
-        generate_load(settings, peers=40, messages=4000, seed=1)
+        up = json.loads(_tidemark(stack, "local", "up", "--replicas", "2x2", "--json").stdout)
+        assert sorted(r["id"] for r in up["replicas"] if r["up"]) == ["p0r0", "p0r1", "p1r0",
+                                                                     "p1r1"]
+        _tidemark(stack, "load", "--peers", "40", "--messages", "4000", "--seed", "1")
         target = ends(stack)
         wait_for(lambda: txlog_ust(status(stack)) == target, 60, what="cut at the log ends")
 
@@ -42,9 +54,11 @@ def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path:
         assert set(node["partitions"]["txlog/0"]) >= {"base", "detached", "log_end"}
         assert all(doc["gc_point"][tp] <= doc["ust"][tp] for tp in doc["ust"])
 
-        stack.kill("p0r1")
-        generate_load(settings, peers=40, messages=3000, seed=2)
+        _tidemark(stack, "local", "kill", "p0r1")
+        _tidemark(stack, "load", "--peers", "40", "--messages", "3000", "--seed", "2")
         later = ends(stack)
+        listed = json.loads(_tidemark(stack, "local", "status", "--json").stdout)
+        assert {r["id"]: r["up"] for r in listed["replicas"]}["p0r1"] is False
 
         def held() -> dict | None:
             doc = status(stack, "p0r0")
@@ -62,7 +76,7 @@ def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path:
         assert all(doc["ust"][tp] <= target[tp] for tp in P0)
         assert doc["held_back_by"]["seconds"] > 0
 
-        stack.up(extra=[lambda s: plan(s, "2x2")], timeout_s=60)
+        _tidemark(stack, "local", "up", "--replicas", "2x2")
         wait_for(lambda: txlog_ust(status(stack)) == later, 60, what="cut back at the ends")
         wait_for(lambda: (status(stack, "p0r0") or {}).get("held_back_by", 1) is None, 30,
                  what="nobody holding the cut back")
@@ -74,6 +88,11 @@ def test_poison_record_goes_to_deadletter_and_node_continues(bootstrap: str,
         settings = stack.settings()
         producer = Producer(settings.producer_config())
         producer.produce(settings.topic("txlog"), b"not avro at all", b"peer-x", partition=0)
+        good = default_codec().encode("Send", {
+            "message_id": "m", "sender": "a", "recipient": "peer-x", "environment": "default",
+            "message_type": "t", "payload": b"x" * 50, "timestamp_ms": 1, "delivery_count": 0})
+        truncated = good[:30]  # a valid Send header with a cut body
+        producer.produce(settings.topic("txlog"), truncated, b"peer-x", partition=0)
         producer.flush(30)
         generate_load(settings, peers=10, messages=500, seed=3)
         target = ends(stack)
@@ -86,11 +105,45 @@ def test_poison_record_goes_to_deadletter_and_node_continues(bootstrap: str,
         def poll() -> bool:
             for msg in consumer.consume_batch(100, 0.5):
                 found.append(msg)
-            return any(m.value() == b"not avro at all" for m in found)
-        wait_for(poll, 30, what="the poison record in deadletter")
+            values = {m.value() for m in found}
+            return b"not avro at all" in values and truncated in values
+        wait_for(poll, 30, what="both poison records in deadletter")
         consumer.close()
         msg = next(m for m in found if m.value() == b"not avro at all")
         headers = dict(msg.headers())
         assert b"marker" in headers["tidemark.reason"] or headers["tidemark.reason"]
         assert headers["tidemark.offset"] == b"0"
         assert end_offsets(settings, "txlog")[0] == target["txlog/0"]
+
+
+def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> None:
+    from gossip.exchange import Peers
+    from replica.config import load_cluster_file
+    with replica_stack(bootstrap, tmp_path / "stack", "1x1") as stack:
+        settings = stack.settings()
+        address = load_cluster_file(stack.state_dir / CONFIG_NAME).nodes["p0r0"].address
+        generate_load(settings, peers=10, messages=500, ack_ratio=1.0, seed=11)
+        first = ends(stack)
+        wait_for(lambda: (status(stack) or {}).get("gc_point", {}).get("txlog/0")
+                 == first["txlog/0"], 60, what="GC point at the ends")
+        peers = Peers()
+        pin = peers.call_json(address, "Pin", {"barrier": {"txlog/0": first["txlog/0"]}})
+        generate_load(settings, peers=10, messages=500, ack_ratio=1.0, seed=12)
+        second = ends(stack)
+        doc = wait_for(lambda: (lambda d: d if d and txlog_ust(d) == second else None)(
+            status(stack)), 60, what="cut at the new ends")
+        assert doc["pins"] == 1
+        wait_for(lambda: status(stack)["gc_point"]["txlog/1"] == second["txlog/1"], 30,
+                 what="unpinned partitions' GC point following the cut")
+        for _ in range(3):  # several gossip and GC periods later, still pinned
+            doc = wait_for(lambda: status(stack), 10)
+            assert doc["gc_point"]["txlog/0"] == first["txlog/0"] < second["txlog/0"]
+            time.sleep(0.5)
+        assert peers.call_json(address, "Unpin", {"pin": pin["pin"]}) == {"released": True}
+        peers.close()
+        doc = wait_for(lambda: (lambda d: d if d and d["gc_point"]["txlog/0"] ==
+                                second["txlog/0"] else None)(status(stack)), 30,
+                       what="GC point released")
+        # everything was acked and old enough: released and compacted up to the GC point
+        wait_for(lambda: status(stack)["nodes"][0]["partitions"]["txlog/0"]["base"][0]
+                 == second["txlog/0"], 30, what="interval map compacted to the GC point")

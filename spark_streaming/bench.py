@@ -1,0 +1,208 @@
+"""``tidemark bench queues``: the Spark job's throughput and send->queue latency, beside a raw
+confluent-kafka consumer reading the same txlog in the same run.
+
+Phases, on a fresh topic set (deleted afterwards) and a fresh checkpoint:
+
+1. **startup**: start ``tidemark queues run``; time until its first progress record.
+2. **latency**: Sends at ``rate``/s for ``seconds``; a consumer on ``queues`` timestamps each
+   QueueEntry as it arrives; p50/p99 of arrival minus send time.
+3. **throughput**: a backlog of ``transactions`` (Sends, half of them acked) written as fast
+   as the producer goes; the job's rate is transactions / (time until progress covers the
+   end offsets, from the first record written). The raw baseline reads the same records with
+   a plain consumer; the ratio is job / raw.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from log.load import generate_load
+from log.offsets import end_offsets
+from log.producer import LogProducer
+from log.settings import Settings
+from log.topics import ensure_topics
+from spark_streaming.depth import wait_for_progress
+from spark_streaming.queue_state import is_progress_key, split_queue_key
+from spark_streaming.runner import JobProcess
+
+__all__ = ["bench_queues", "print_report"]
+
+P99_TARGET_S = 3.0
+
+
+def _say(msg: str) -> None:
+    print(f"bench queues: {msg}", file=sys.stderr, flush=True)
+
+
+def _group_rss_mb(pgid: int) -> float:
+    """Resident memory of every process in the job's process group (driver, JVM, workers)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(stat[2]) == pgid:
+                total += int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+    return round(total / 2**20, 1)
+
+
+def _dir_mb(path: Path) -> float:
+    return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 2)
+
+
+class _EntryWatcher(threading.Thread):
+    """Records the arrival time of every QueueEntry appended to ``queues`` from now on."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(daemon=True)
+        self.settings = settings
+        self.arrived: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.consumer = Consumer(settings.consumer_config(**{"fetch.wait.max.ms": 10}))
+        ends = end_offsets(settings, "queues")
+        self.consumer.assign([TopicPartition(settings.topic("queues"), p, o)
+                              for p, o in ends.items()])
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for msg in self.consumer.consume(10000, 0.1):
+                if msg.error() or msg.value() is None:
+                    continue
+                key = msg.key().decode("utf-8", "replace")
+                if not is_progress_key(key):
+                    self.arrived.setdefault(split_queue_key(key)[1], time.time())
+        self.consumer.close()
+
+
+def _latency_phase(settings: Settings, rate: int, seconds: float) -> dict[str, Any]:
+    watcher = _EntryWatcher(settings)
+    watcher.start()
+    producer = LogProducer(settings)
+    sent: dict[str, float] = {}
+    env, payload = settings.environment, os.urandom(150)
+    total = int(rate * seconds)
+    start = time.time()
+    for i in range(total):
+        due = start + i / rate
+        delay = due - time.time()
+        if delay > 0:
+            time.sleep(delay)  # pacing the offered load, not synchronization
+        peer, mid = f"peer-{i % 50}", f"lat-{i}"
+        now = time.time()
+        producer.produce("txlog", peer, "Send", {
+            "message_id": mid, "sender": "bench", "recipient": peer, "environment": env,
+            "message_type": "bench.Event", "payload": payload,
+            "timestamp_ms": int(now * 1000), "delivery_count": 0})
+        sent[mid] = now
+        if i % 200 == 0:
+            producer.poll(0)
+            if i % (rate * 5) == 0 and i:
+                _say(f"latency phase: {i}/{total} sends")
+    producer.flush()
+    wait_for_progress(settings, 120)
+    deadline = time.monotonic() + 10
+    while len(watcher.arrived) < len(sent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watcher.stop.set()
+    watcher.join(5)
+    lat = sorted(watcher.arrived[m] - t for m, t in sent.items() if m in watcher.arrived)
+    if not lat:
+        return {"sends": total, "entries_seen": 0}
+    q = statistics.quantiles(lat, n=100, method="inclusive")
+    return {"sends": total, "rate": rate, "entries_seen": len(lat),
+            "p50_s": round(q[49], 3), "p99_s": round(q[98], 3), "max_s": round(lat[-1], 3)}
+
+
+def _raw_read(settings: Settings, start: dict[int, int], end: dict[int, int]) -> float:
+    consumer = Consumer(settings.consumer_config())
+    consumer.assign([TopicPartition(settings.topic("txlog"), p, o) for p, o in start.items()])
+    todo = {p: e for p, e in end.items() if e > start.get(p, 0)}
+    count = 0
+    t0 = time.perf_counter()
+    while todo:
+        for msg in consumer.consume(10000, 1.0):
+            if msg.error():
+                continue
+            count += 1
+            if msg.partition() in todo and msg.offset() + 1 >= todo[msg.partition()]:
+                del todo[msg.partition()]
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return count / elapsed
+
+
+def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 2000,
+                 seconds: float = 20.0, trigger_ms: int = 500,
+                 state_dir: str | None = None) -> dict[str, Any]:
+    """Run the three phases; returns the figures (see the module docstring)."""
+    bench = settings.with_overrides(topic_prefix=f"{settings.topic_prefix}bench-"
+                                                 f"{uuid.uuid4().hex[:6]}.")
+    ensure_topics(bench)
+    work = Path(tempfile.mkdtemp(prefix="tidemark-bench-queues-", dir=state_dir))
+    job = JobProcess(bench, work / "checkpoint", work / "job.log", trigger=f"{trigger_ms}ms")
+    result: dict[str, Any] = {"trigger_ms": trigger_ms, "partitions": bench.partitions}
+    try:
+        _say(f"starting the job (topics {bench.topic_prefix}*, log {job.log_file})")
+        job.start()
+        generate_load(bench, peers=10, messages=100, ack_ratio=0.0)
+        wait_for_progress(bench, 300)
+        result["startup_s"] = round(time.monotonic() - job.started_at, 1)
+        _say(f"first output after {result['startup_s']}s; latency phase: {rate}/s for"
+             f" {seconds:.0f}s")
+        result["latency"] = _latency_phase(bench, rate, seconds)
+        result["rss_mb_after_latency"] = _group_rss_mb(job.proc.pid)
+        _say(f"throughput phase: backlog of {transactions} transactions")
+        start = end_offsets(bench, "txlog")
+        t0 = time.monotonic()
+        load = generate_load(bench, peers=100, messages=int(transactions / 1.5), ack_ratio=0.5)
+        produced_s = time.monotonic() - t0
+        end = {int(p): o for p, o in load.end_offsets.items()}
+        wait_for_progress(bench, 600, end)
+        job_s = time.monotonic() - t0
+        n = sum(end.values()) - sum(start.values())
+        result["throughput"] = {"transactions": n, "produce_s": round(produced_s, 2),
+                                "job_s": round(job_s, 2),
+                                "job_tx_per_s": round(n / job_s)}
+        _say("raw baseline: plain confluent-kafka consumer over the same records")
+        raw = _raw_read(bench, start, end)
+        result["throughput"]["raw_consumer_tx_per_s"] = round(raw)
+        result["throughput"]["ratio"] = round(n / job_s / raw, 4)
+        result["rss_mb_after_throughput"] = _group_rss_mb(job.proc.pid)
+        result["state_store_mb"] = _dir_mb(work / "checkpoint" / "state")
+        result["p99_target_s"] = P99_TARGET_S
+    finally:
+        job.stop()
+        AdminClient(bench.admin_config()).delete_topics(
+            [bench.topic(t) for t in ("txlog", "queues", "directory", "config", "deadletter")])
+    return result
+
+
+def print_report(r: dict[str, Any]) -> None:
+    """Human-readable lines, each figure beside its baseline or target."""
+    lat, thr = r.get("latency", {}), r.get("throughput", {})
+    print(f"job startup (to first output)  : {r.get('startup_s')} s")
+    print(f"job throughput                 : {thr.get('job_tx_per_s', 0):>10,} tx/s"
+          f"  ({thr.get('transactions', 0):,} transactions)")
+    print(f"raw consumer, same records     : {thr.get('raw_consumer_tx_per_s', 0):>10,} tx/s")
+    print(f"ratio                          : {thr.get('ratio', 0):>10.4f}")
+    verdict = "meets" if lat.get("p99_s", 1e9) < r.get("p99_target_s", 3) else "MISSES"
+    print(f"send -> queue entry latency    : p50 {lat.get('p50_s')} s, p99 {lat.get('p99_s')} s"
+          f" at {lat.get('rate')}/s, trigger {r.get('trigger_ms')} ms ({verdict} p99 < "
+          f"{r.get('p99_target_s')} s)")
+    print(f"job memory (RSS, all processes): {r.get('rss_mb_after_latency')} MB after latency,"
+          f" {r.get('rss_mb_after_throughput')} MB after throughput; state store"
+          f" {r.get('state_store_mb')} MB")

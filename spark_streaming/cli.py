@@ -1,0 +1,132 @@
+"""CLI of the queues job: ``tidemark queues run|depth`` and ``tidemark bench queues``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from log.cli import add_settings_args, settings_from_args
+from log.exceptions import ConfigError
+from log.settings import Settings, default_state_dir
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS
+
+__all__ = ["register", "parse_duration_ms", "default_checkpoint", "main"]
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``500ms``, ``2s``, ``15m``, ``24h``, ``7d`` or plain milliseconds -> milliseconds."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", str(text))
+    if not match:
+        raise ConfigError(f"bad duration {text!r}: use e.g. 500ms, 2s, 15m, 24h")
+    return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
+
+
+def default_checkpoint(settings: Settings, state_dir: str | None) -> Path:
+    """``<state dir>/spark/<topic prefix>checkpoint``: one checkpoint per topic set."""
+    base = Path(state_dir).resolve() if state_dir else default_state_dir()
+    prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", settings.topic_prefix)
+    return base / "spark" / f"{prefix}checkpoint"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spark_streaming.job import JobOptions, run_job
+    settings = settings_from_args(args)
+    trigger_ms = parse_duration_ms(args.trigger)
+    if trigger_ms <= 0:
+        raise ConfigError("--trigger must be positive")
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
+    checkpoint = args.checkpoint or str(default_checkpoint(settings, args.state_dir))
+    options = JobOptions(
+        checkpoint=checkpoint, trigger=f"{trigger_ms} milliseconds",
+        ack_ttl_ms=parse_duration_ms(args.ack_ttl),
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        master=None if (under_submit and not args.master) else (args.master or "local[2]"),
+        driver_memory=args.driver_memory, log_level=args.spark_log_level,
+        fail_on_data_loss=not args.allow_data_loss)
+    return run_job(settings, options)
+
+
+def _depth(args: argparse.Namespace) -> int:
+    from spark_streaming.depth import depth_report, wait_for_progress
+    settings = settings_from_args(args)
+    if args.wait:
+        wait_for_progress(settings, args.wait)
+    report = depth_report(settings, args.peer)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for peer, depth in report["peers"].items():
+        print(f"{peer:<30} {depth:>10}")
+    print(f"{'total':<30} {report['total']:>10}")
+    print("progress (txlog partition: next offset): "
+          + (" ".join(f"{p}:{o}" for p, o in report["progress"].items()) or "none yet"))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from spark_streaming.bench import bench_queues, print_report
+    result = bench_queues(settings_from_args(args), transactions=args.transactions,
+                          rate=args.rate, seconds=args.seconds, trigger_ms=parse_duration_ms(
+                              args.trigger), state_dir=args.state_dir)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_report(result)
+    return 0
+
+
+def _job_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", default=os.environ.get("TIDEMARK_SPARK_CHECKPOINT"),
+                        help="checkpoint folder (default <state dir>/spark/<prefix>checkpoint)")
+    parser.add_argument("--trigger", default="500ms", help="micro-batch interval (default 500ms)")
+    parser.add_argument("--ack-ttl", default=os.environ.get("TIDEMARK_ACK_TTL", "24h"),
+                        help="how long acked/purged ids are remembered to cancel late or"
+                             " duplicate Sends, in the peer's log time (default 24h)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=200_000)
+    parser.add_argument("--master", default=os.environ.get("TIDEMARK_SPARK_MASTER"),
+                        help="Spark master (default local[2]; under spark-submit, its own)")
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--spark-log-level", default="ERROR")
+    parser.add_argument("--allow-data-loss", action="store_true",
+                        help="keep going when txlog records expired before the job read them")
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add ``queues run``, ``queues depth`` and ``bench queues``."""
+    queues = commands.add_parser("queues", help="the Spark job materializing per-peer queues")
+    sub = queues.add_subparsers(dest="queues_command", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="run the streaming job (Spark local mode or spark-submit)")
+    add_settings_args(run)
+    _job_args(run)
+    run.set_defaults(func=_run)
+    depth = sub.add_parser("depth", help="queue depth per peer, from the queues topic")
+    add_settings_args(depth)
+    depth.add_argument("--peer", default=None, help="only this peer")
+    depth.add_argument("--json", action="store_true")
+    depth.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                       help="first wait until progress covers txlog's current end offsets")
+    depth.set_defaults(func=_depth)
+
+    b = bench.add_parser("queues", help="Spark job throughput and send->queue latency vs a"
+                                        " plain consumer")
+    add_settings_args(b)
+    b.add_argument("--transactions", type=int, default=100_000,
+                   help="backlog size for the throughput phase")
+    b.add_argument("--rate", type=int, default=2000, help="sends/s in the latency phase")
+    b.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
+    b.add_argument("--trigger", default="500ms")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=_bench)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spark_streaming run ...`` (also the spark-submit entry point)."""
+    from log.console import main as console_main
+    return console_main(["queues", *(argv if argv is not None else sys.argv[1:])])

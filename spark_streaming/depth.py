@@ -1,0 +1,122 @@
+"""Read the materialized queues: the compacted view of ``queues`` plus per-partition progress.
+
+``queues`` holds QueueEntry upserts (key = peer NUL message id), tombstones (same key, null
+value) and QueueProgress records (key ``__progress__.<k>``). Reading every partition from its
+start to its current end and keeping the last value per key gives the same view compaction
+will eventually leave behind, whether or not the cleaner has run yet.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import TopicPartition
+
+from log.codec import default_codec
+from log.consumer import LogConsumer
+from log.exceptions import CodecError
+from log.offsets import end_offsets, watermarks
+from log.settings import Settings
+from spark_streaming.exceptions import QueuesError
+from spark_streaming.queue_state import is_progress_key, split_queue_key
+
+__all__ = ["QueuesView", "read_queues", "wait_for_progress", "depth_report"]
+
+
+@dataclass
+class QueuesView:
+    """Unacked message ids per peer, and ``next_offset`` per txlog partition."""
+
+    queues: dict[str, set[str]] = field(default_factory=dict)
+    progress: dict[int, int] = field(default_factory=dict)
+    records: int = 0
+
+    @property
+    def total(self) -> int:
+        """Number of unacked messages over every peer."""
+        return sum(len(ids) for ids in self.queues.values())
+
+    def covers(self, ends: dict[int, int]) -> bool:
+        """Whether progress reached ``ends`` (txlog end offsets) on every partition."""
+        return all(self.progress.get(p, 0) >= end for p, end in ends.items())
+
+
+def read_queues(settings: Settings, partitions: list[int] | None = None,
+                timeout_s: float = 120.0) -> QueuesView:
+    """Read ``queues`` (all partitions, or the given ones) from start to current end."""
+    marks = watermarks(settings, "queues", partitions)
+    todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}
+    view = QueuesView()
+    if not todo:
+        return view
+    present: dict[str, bool] = {}
+    codec = default_codec()
+    with LogConsumer(settings) as consumer:
+        consumer.raw.assign([TopicPartition(settings.topic("queues"), p, lo)
+                             for p, (lo, hi) in marks.items() if p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo:
+            if time.monotonic() > deadline:
+                raise QueuesError(f"could not read queues to its end within {timeout_s}s")
+            for msg in consumer.consume_batch(20000, 0.5):
+                part, off = msg.partition(), msg.offset()
+                view.records += 1
+                key = (msg.key() or b"").decode("utf-8", "replace")
+                if is_progress_key(key):
+                    if msg.value() is not None:
+                        try:
+                            rec = codec.decode(msg.value()).record
+                            view.progress[rec["txlog_partition"]] = max(
+                                view.progress.get(rec["txlog_partition"], 0), rec["next_offset"])
+                        except CodecError:
+                            pass
+                else:
+                    present[key] = msg.value() is not None
+                if part in todo and off + 1 >= todo[part]:
+                    del todo[part]
+            if todo:  # compaction leaves holes: the position may pass the last record read
+                topic = settings.topic("queues")
+                for tp in consumer.raw.position([TopicPartition(topic, p) for p in todo]):
+                    if tp.offset >= 0 and tp.offset >= todo[tp.partition]:
+                        del todo[tp.partition]
+    for key, here in present.items():
+        if here:
+            try:
+                peer, message_id = split_queue_key(key)
+            except ValueError:
+                continue
+            view.queues.setdefault(peer, set()).add(message_id)
+    return view
+
+
+def wait_for_progress(settings: Settings, timeout_s: float,
+                      ends: dict[int, int] | None = None) -> dict[int, int]:
+    """Wait until queues progress covers ``ends`` (default: txlog's end offsets now)."""
+    ends = {p: e for p, e in (ends or end_offsets(settings, "txlog")).items() if e > 0}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        progress = read_queues(settings, sorted(ends)).progress if ends else {}
+        if all(progress.get(p, 0) >= e for p, e in ends.items()):
+            return progress
+        if time.monotonic() > deadline:
+            behind = {p: (progress.get(p, 0), e) for p, e in ends.items()
+                      if progress.get(p, 0) < e}
+            raise QueuesError(f"queues progress did not reach txlog's end within {timeout_s}s"
+                              f" (partition: (progress, end) = {behind})")
+        time.sleep(0.5)
+
+
+def depth_report(settings: Settings, peer: str | None = None) -> dict:
+    """The documented JSON shape: ``{"progress": {"0": o}, "peers": {p: n}, "total": T}``."""
+    partitions = None
+    if peer is not None:
+        from log.partitioner import partition_for_peer
+        count = len(watermarks(settings, "txlog"))
+        partitions = [partition_for_peer(peer, count)]
+    view = read_queues(settings, partitions)
+    peers = {p: len(ids) for p, ids in sorted(view.queues.items()) if peer is None or p == peer}
+    if peer is not None:
+        peers.setdefault(peer, 0)
+    return {"progress": {str(p): o for p, o in sorted(view.progress.items())},
+            "peers": peers, "total": sum(peers.values())}

@@ -1,0 +1,25 @@
+"""The Spark job as a process of the local stack (``tidemark local up --spark``)."""
+
+from __future__ import annotations
+
+import sys
+
+from log.local_cluster import LocalStack, ProcessSpec
+from log.settings import load_settings
+from spark_streaming.cli import default_checkpoint
+
+__all__ = ["plan"]
+
+
+def plan(stack: LocalStack) -> list[ProcessSpec]:
+    """One process of kind ``spark``: ``tidemark queues run`` checkpointing in the state dir.
+
+    The checkpoint is ``<state dir>/spark/<topic prefix>checkpoint``, so a stack whose topic
+    prefix changes (``TIDEMARK_TOPIC_PREFIX``) does not reuse another topic set's offsets.
+    """
+    state = str(stack.state_dir)
+    checkpoint = default_checkpoint(load_settings(state_dir=stack.state_dir), state)
+    argv = [sys.executable, "-m", "log.console", "queues", "run", "--state-dir", state,
+            "--checkpoint", str(checkpoint), "--trigger", "500ms"]
+    return [ProcessSpec(name="spark", kind="spark", argv=argv,
+                        env={"TIDEMARK_STATE_DIR": state}, ready_port=None)]

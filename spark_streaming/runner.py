@@ -1,0 +1,142 @@
+"""Run the queues job as a child process (tests, benchmarks), and check it against txlog.
+
+:class:`JobProcess` starts ``tidemark queues run`` in its own process group, so that a kill
+takes the Python driver, its JVM and the Python workers together. :func:`expected_queues`
+reads txlog with a plain consumer and computes, one record at a time, what the queues must
+be: a reference independent of the job's batching, state store and output path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+
+from log.codec import default_codec
+from log.consumer import LogConsumer
+from log.exceptions import CodecError
+from log.offsets import watermarks
+from log.settings import Settings
+from spark_streaming.exceptions import QueuesError
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS
+
+__all__ = ["JobProcess", "expected_queues"]
+
+
+class JobProcess:
+    """``tidemark queues run`` against ``settings``' cluster and topics, as a child process."""
+
+    def __init__(self, settings: Settings, checkpoint: str | os.PathLike[str],
+                 log_file: str | os.PathLike[str], trigger: str = "500ms",
+                 extra_args: list[str] | None = None) -> None:
+        self.settings = settings
+        self.log_file = Path(log_file)
+        self.argv = [sys.executable, "-m", "log.console", "queues", "run",
+                     "--bootstrap", settings.bootstrap, "--topic-prefix", settings.topic_prefix,
+                     "--checkpoint", str(checkpoint), "--trigger", trigger, *(extra_args or [])]
+        self.env = {**os.environ, **{f"TIDEMARK_KAFKA_{k.upper().replace('.', '_')}": v
+                                     for k, v in settings.client.items()}}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def start(self) -> "JobProcess":
+        """Start the job (returns at once; Spark takes seconds to come up)."""
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=self.env)
+        self.started_at = time.monotonic()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the job process is still running."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (driver, JVM, Python workers)."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(30)
+
+    def stop(self, grace_s: float = 30.0) -> int | None:
+        """SIGTERM (the job stops its query cleanly), then SIGKILL after ``grace_s``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        try:  # Spark's helpers may outlive the driver; never leave them behind
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of the job's log, for failure messages."""
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
+                    timeout_s: float = 120.0) -> tuple[dict[str, set[str]], dict[int, int], int]:
+    """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself."""
+    marks = watermarks(settings, "txlog")
+    todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}
+    queued: dict[str, dict[str, None]] = {}
+    dropped: dict[str, dict[str, int]] = {}
+    clock: dict[str, int] = {}
+    bad = 0
+    codec = default_codec()
+    with LogConsumer(settings) as consumer:
+        consumer.raw.assign([TopicPartition(settings.topic("txlog"), p, lo)
+                             for p, (lo, hi) in marks.items() if p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo:
+            if time.monotonic() > deadline:
+                raise QueuesError("could not read txlog to its end")
+            for msg in consumer.consume_batch(20000, 0.5):
+                if msg.partition() in todo and msg.offset() + 1 >= todo[msg.partition()]:
+                    del todo[msg.partition()]
+                try:
+                    peer = (msg.key() or b"").decode()
+                    decoded = codec.decode(msg.value())
+                except (CodecError, UnicodeDecodeError):
+                    bad += 1
+                    continue
+                rec = decoded.record
+                owner = rec.get("recipient", rec.get("peer"))
+                if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge"):
+                    bad += 1
+                    continue
+                now = clock[peer] = max(clock.get(peer, 0), rec["timestamp_ms"])
+                q, gone = queued.setdefault(peer, {}), dropped.setdefault(peer, {})
+                if decoded.name == "Send":
+                    mid = rec["message_id"]
+                    if mid not in q and not (mid in gone and gone[mid] + ack_ttl_ms > now):
+                        q[mid] = None
+                elif decoded.name == "Ack":
+                    q.pop(rec["message_id"], None)
+                    gone[rec["message_id"]] = now
+                else:
+                    gone.update((m, now) for m in q)
+                    q.clear()
+    ends = {p: hi for p, (_, hi) in marks.items()}
+    return {p: set(q) for p, q in queued.items() if q}, ends, bad

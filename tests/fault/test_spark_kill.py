@@ -1,0 +1,95 @@
+"""kill -9 of the queues job mid-stream: restarted from its checkpoint, it converges exactly.
+
+The job runs as the local stack's ``spark`` process (``spark_streaming.local.plan``), in a
+stack folder of this test's own that points at the session's cluster, so ``LocalStack.kill``
+and ``status`` are exercised as ``tidemark local kill spark`` / ``local status`` use them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from log.load import generate_load
+from log.local_cluster import LocalStack
+from log.settings import Settings, load_settings
+from log.topics import ensure_topics
+from spark_streaming.depth import read_queues, wait_for_progress
+from spark_streaming.local import plan
+from spark_streaming.runner import expected_queues
+from tests.support import wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(420)]
+
+
+@pytest.fixture
+def stack(tmp_path: Path, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
+    folder = tmp_path / "stack"
+    folder.mkdir()
+    (folder / "state.json").write_text(json.dumps({"bootstrap": bootstrap, "processes": {},
+                                                   "external": True}))
+    monkeypatch.setenv("TIDEMARK_TOPIC_PREFIX", f"k{uuid.uuid4().hex[:8]}.")
+    monkeypatch.setenv("TIDEMARK_PARTITIONS", "4")
+    s = LocalStack(folder)
+    try:
+        yield s
+    finally:
+        s.down(grace_s=20)
+
+
+def _progress(settings: Settings) -> dict[int, int]:
+    return read_queues(settings).progress
+
+
+def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
+    settings = stack.settings()
+    assert settings.topic_prefix.startswith("k") and settings.partitions == 4
+    ensure_topics(settings)
+    spec = plan(stack)[0]
+    assert spec.kind == "spark" and str(stack.state_dir) in " ".join(spec.argv)
+    stack.ensure(spec)
+    totals = {"sent": 0, "acked": 0, "rounds": 0}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while not stop.is_set():
+                result = generate_load(settings, peers=30, messages=2000, ack_ratio=0.5,
+                                       seed=totals["rounds"])
+                totals["sent"] += result.sent
+                totals["acked"] += result.acked
+                totals["rounds"] += 1
+                stop.wait(0.5)  # pacing: keep the stream flowing across the kill
+        except BaseException as exc:  # surfaced by the main thread
+            errors.append(exc)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    wait_for(lambda: sum(_progress(settings).values()) > 0, timeout=120,
+             what="the job's first progress records")
+    assert producer.is_alive() and not errors, errors
+    stack.kill("spark")
+    assert stack.status()["spark"]["up"] is False
+    killed_at = dict(_progress(settings))
+    stack.ensure(plan(stack)[0])  # `local up` does the same for a recorded dead process
+    assert stack.status()["spark"]["up"] is True
+    wait_for(lambda: any(o > killed_at.get(p, 0) for p, o in _progress(settings).items()),
+             timeout=180, what="progress past the kill point after the restart")
+    stop.set()
+    producer.join(60)
+    assert not producer.is_alive() and not errors, errors
+    wait_for_progress(settings, 240)
+    expected, ends, bad = expected_queues(settings)
+    view = read_queues(settings)
+    assert bad == 0
+    assert view.queues == expected  # nothing missing, nothing stale
+    assert view.total == totals["sent"] - totals["acked"]
+    assert all(view.progress[p] >= killed_at.get(p, 0) for p in view.progress)
+    assert view.covers({p: e for p, e in ends.items() if e})

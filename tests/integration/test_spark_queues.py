@@ -1,0 +1,149 @@
+"""The real queues job (Spark local mode) against the real Kafka cluster.
+
+One job process serves the whole module: ``tidemark load`` writes >= 50k transactions, and
+once progress covers txlog's end offsets the compacted queues view must equal the model
+computed from txlog itself, and ``queues depth --json`` must total sent - acked. Then early
+acks, duplicate sends, a purge and poison records follow through the same running job.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from log.codec import default_codec
+from log.consumer import LogConsumer
+from log.offsets import end_offsets
+from log.producer import LogProducer
+from log.settings import Settings, load_settings
+from log.topics import ensure_topics
+from spark_streaming.depth import read_queues, wait_for_progress
+from spark_streaming.runner import JobProcess, expected_queues
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
+
+
+@pytest.fixture(scope="module")
+def settings(bootstrap: str) -> Settings:
+    s = load_settings(env={}, bootstrap=bootstrap, topic_prefix=f"q{uuid.uuid4().hex[:8]}.",
+                      partitions=4)
+    ensure_topics(s)
+    return s
+
+
+@pytest.fixture(scope="module")
+def job(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobProcess]:
+    folder = tmp_path_factory.mktemp("spark-job")
+    proc = JobProcess(settings, folder / "checkpoint", folder / "job.log").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _cli(settings: Settings, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "log.console", *args, "--bootstrap",
+                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _converge(settings: Settings, job: JobProcess, timeout: float = 240.0) -> dict:
+    try:
+        return wait_for_progress(settings, timeout)
+    except Exception:
+        pytest.fail(f"job did not catch up (alive={job.alive}); log:\n{job.log_tail()}")
+
+
+def test_load_materializes_exact_queues(settings: Settings, job: JobProcess) -> None:
+    started = time.monotonic()
+    summary = json.loads(_cli(settings, "load", "--peers", "40", "--messages", "35000",
+                              "--ack-ratio", "0.5", "--seed", "7", "--json"))
+    assert summary["sent"] + summary["acked"] >= 50_000
+    _converge(settings, job)
+    caught_up = time.monotonic() - started
+    expected, ends, bad = expected_queues(settings)
+    assert bad == 0
+    view = read_queues(settings)
+    assert view.queues == expected
+    assert view.covers({p: e for p, e in ends.items() if e})
+    report = json.loads(_cli(settings, "queues", "depth", "--json"))
+    assert report["total"] == summary["sent"] - summary["acked"]
+    assert report["peers"] == {p: s["sent"] - s["acked"] for p, s in summary["peers"].items()
+                               if s["sent"] - s["acked"]}
+    assert set(report["progress"]) == {str(p) for p, e in ends.items() if e}
+    one = next(iter(report["peers"]))
+    alone = json.loads(_cli(settings, "queues", "depth", "--json", "--peer", one))
+    assert alone["peers"] == {one: report["peers"][one]}
+    print(f"\n{summary['sent'] + summary['acked']} transactions: load + materialization"
+          f" {caught_up:.1f}s (job started {time.monotonic() - job.started_at:.0f}s ago)")
+
+
+def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProcess) -> None:
+    producer = LogProducer(settings)
+    now = int(time.time() * 1000)
+    env = settings.environment
+
+    def send(peer: str, mid: str) -> None:
+        producer.produce("txlog", peer, "Send", {
+            "message_id": mid, "sender": "t", "recipient": peer, "environment": env,
+            "message_type": "t.Event", "payload": b"p", "timestamp_ms": now,
+            "delivery_count": 0})
+
+    def ack(peer: str, mid: str) -> None:
+        producer.produce("txlog", peer, "Ack", {"message_id": mid, "peer": peer,
+                                                 "environment": env, "timestamp_ms": now})
+
+    for i in range(300):
+        peer = f"edge-{i % 7}"
+        ack(peer, f"early-{i}")           # the direct path beat the log
+    producer.produce_raw(settings.topic("txlog"), "edge-1", b"\xc3\x01not-avro-at-all")
+    producer.produce_raw(settings.topic("txlog"), "edge-2", b"plain garbage")
+    producer.produce_raw(settings.topic("txlog"), None, b"no key")
+    producer.flush()
+    for i in range(300):
+        peer = f"edge-{i % 7}"
+        send(peer, f"early-{i}")          # cancelled by the earlier ack
+        send(peer, f"dup-{i}")
+        send(peer, f"dup-{i}")            # counts once
+    send("edge-3", "late-acked")
+    ack("edge-3", "late-acked")
+    producer.produce("txlog", "edge-5", "Purge", {"peer": "edge-5", "environment": env,
+                                                  "timestamp_ms": now})
+    send("edge-5", "after-purge")
+    producer.flush()
+    _converge(settings, job)
+    expected, _, bad = expected_queues(settings)
+    assert bad == 3
+    view = read_queues(settings)
+    assert view.queues == expected
+    assert view.queues["edge-3"] == {f"dup-{i}" for i in range(300) if i % 7 == 3}
+    assert view.queues["edge-5"] == {"after-purge"}
+    assert job.alive, job.log_tail()
+    dead = _deadletters(settings, 3)
+    assert sorted(v for _, v, _ in dead) == sorted([b"\xc3\x01not-avro-at-all",
+                                                    b"plain garbage", b"no key"])
+    assert all(h.get("tidemark.reason") for _, _, h in dead)
+
+
+def _deadletters(settings: Settings, count: int) -> list[tuple[bytes | None, bytes, dict]]:
+    from confluent_kafka import TopicPartition
+    ends = end_offsets(settings, "deadletter")
+    out = []
+    with LogConsumer(settings) as consumer:
+        consumer.raw.assign([TopicPartition(settings.topic("deadletter"), p, 0) for p in ends])
+        deadline = time.monotonic() + 30
+        while len(out) < count and time.monotonic() < deadline:
+            for msg in consumer.consume_batch(100, 0.5):
+                out.append((msg.key(), msg.value(),
+                            {k: v.decode() for k, v in (msg.headers() or [])}))
+    assert default_codec()  # the codec is importable where dead letters are read
+    return out
