@@ -34,6 +34,7 @@ class Backfiller:
         self.copied = 0
         self.skipped = 0
         self.status = ""
+        self._announced: set[tuple[int, int]] = set()
 
     def step(self, partition: int, maps: Mapping[str, IntervalMap],
              addresses: Mapping[str, str], budget_s: float = 0.5,
@@ -50,12 +51,20 @@ class Backfiller:
                     break
                 node, reach = src
                 stop = min(reach, start + self.chunk)
+                if (partition, end) not in self._announced:
+                    self._announced.add((partition, end))
+                    log.warning("backfilling txlog/%d [%d, %d) from %s", partition, start, end,
+                                node)
                 self._copy(partition, start, stop, node, addresses[node], on_copied)
                 worked = True
                 done = total - (end - stop)
                 self.status = f"txlog/{partition} [{start},{end}) from {node}: {done}/{total}"
                 log.info("backfill %s", self.status)
                 start = stop
+            if start >= end and (partition, end) in self._announced:
+                self._announced.discard((partition, end))
+                log.warning("backfilled txlog/%d up to %d (%d records copied, %d offsets "
+                            "skipped by digest so far)", partition, end, self.copied, self.skipped)
         if not self.store.map("txlog", partition).gaps():
             self.status = ""
         return worked

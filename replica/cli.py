@@ -81,7 +81,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ingest.add_argument("--config", default=None, help="TOML with a [kafka] table")
     ingest.add_argument("--bootstrap", default=None)
     ingest.add_argument("--topic-prefix", default=None,
-                        help="topic prefix (default: a fresh bench-<random>. prefix)")
+                        help="topic prefix (default: a fresh bench-ingest-<random>. prefix, deleted after)")
     ingest.add_argument("--partitions", type=int, default=4)
     ingest.add_argument("--dir", default=None, help="scratch folder for the stores")
     ingest.add_argument("--json", action="store_true")

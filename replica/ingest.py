@@ -78,8 +78,9 @@ class Ingestor:
             "fetch.max.bytes": 8 << 20, "max.partition.fetch.bytes": 2 << 20,
             "fetch.wait.max.ms": 20})
         self._physical = {settings.topic(t): t for t in TOPICS}
-        self._send_header = MARKER + self.codec.fingerprint_of("Send")
-        self._send_schema = parse_schema(schemas.load_schema("Send"))
+        self._fast = {MARKER + self.codec.fingerprint_of(name):
+                      (name, parse_schema(schemas.load_schema(name)))
+                      for name in ("Send", "Ack", "Purge")}
         self._deadletter: DeadLetterWriter | None = None
         self.partitions: list[int] = []
         self.high: dict[str, int] = {}
@@ -159,7 +160,7 @@ class Ingestor:
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}
         physical, decode, put, pack = self._physical, self.codec.decode, batch.wb.put, _HQ.pack
-        send_header, send_schema, read = self._send_header, self._send_schema, schemaless_reader
+        fast, read, hpack, qpack = self._fast, schemaless_reader, _H.pack, _Q.pack
         poison: list[tuple[object, str]] = []
         for msg in msgs:
             topic, k, off = physical[msg.topic()], msg.partition(), msg.offset()
@@ -178,17 +179,23 @@ class Ingestor:
                 runs[key] = [start, off + 1]
             value = msg.value()
             if topic == "txlog":
-                # Fast path for current-schema Sends: decode (validates) and store raw bytes.
-                if value is not None and value[:10] == send_header:
+                # Fast path for the current schemas; older writers and errors go the slow way.
+                kind = fast.get(value[:10]) if value is not None else None
+                if kind is not None:
                     buf = BytesIO(value)
                     buf.seek(10)
                     try:
-                        read(buf, send_schema, None)
-                        if buf.tell() == len(value):
-                            put(b"Dt" + pack(k, off), value)
-                            continue
+                        rec = read(buf, kind[1], None)
                     except Exception:  # the slow path below names the problem
-                        pass
+                        rec = None
+                    if rec is not None and buf.tell() == len(value):
+                        put(b"Dt" + pack(k, off), value)
+                        if kind[0] == "Ack":
+                            put(b"A" + hpack(k) + f"{rec['peer']}\0{rec['message_id']}".encode(),
+                                qpack(off))
+                        elif kind[0] == "Purge":
+                            put(b"U" + hpack(k) + rec["peer"].encode() + b"\0" + qpack(off), b"")
+                        continue
                 reason = index_txlog(batch, k, off, value, decode)
                 if reason is not None:
                     poison.append((msg, reason))

@@ -29,6 +29,7 @@ from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
 from replica.grpc_server import pack_records, start_server
 from replica.ingest import TOPICS, Ingestor
+from replica.membership import maybe_promote, rejoin_if_new_store
 from replica.metrics import NodeMetrics
 from replica.release_policy import release
 from replica.status import build_status
@@ -64,6 +65,7 @@ class Node:
         self.tracker = HoldTracker()
         self.held: dict | None = None
         self.removed = False
+        self.promoting_since: float | None = None
         self._mine = b""
         self.peers = Peers()
         self.pool = ThreadPoolExecutor(max_workers=8)
@@ -89,6 +91,7 @@ class Node:
             raise ClusterConfigError(f"node {self.node_id!r} is not in cluster config epoch "
                                      f"{epoch.epoch if epoch else 0} (nodes: {known})")
         self.epoch = epoch
+        rejoin_if_new_store(self)
         saved = self.store.db.get(b"Xcut")
         if saved:
             doc = json.loads(saved)
@@ -149,7 +152,7 @@ class Node:
             self._publish()
             self._recompute()
             self._repair()
-            self._maybe_promote()
+            maybe_promote(self)
         except (KafkaException, TimeoutError, TidemarkError) as exc:  # retried next period
             log.warning("periodic work failed, will retry: %s", exc)
 
@@ -174,7 +177,10 @@ class Node:
 
     def _own_state(self) -> dict[str, Any]:
         part = self.epoch.partition_of(self.node_id)
-        ranges, caught_up = [], self.node_id not in part.joining
+        # A joining replica announces caught_up once it is ready to be promoted; from then
+        # on it counts toward the cut, so its promotion cannot make the cut cover a gap.
+        joining = self.node_id in part.joining
+        ranges, caught_up = [], not joining or self.promoting_since is not None
         for k in part.log_partitions:
             for topic in TOPICS:
                 m = self.store.map(topic, k)
@@ -208,6 +214,11 @@ class Node:
         with self.lock:
             views = {n: state_view(s) for n, s in self.states.items()}
             owners = self.epoch.owners()
+            for p in self.epoch.partitions:
+                for j in p.joining:
+                    if self.states.get(j, {}).get("caught_up"):
+                        for k in p.log_partitions:
+                            owners[f"txlog/{k}"].append(j)
             adopted = dict(self.ust)
             for s in self.states.values():  # every node's cut is honest, so the max is too
                 for e in s.get("ust", []):
@@ -284,37 +295,6 @@ class Node:
                       "Kafka; spliced into the interval map and recorded in the loss ledger",
                       k, a, b)
         batch.commit()
-
-    def _maybe_promote(self) -> None:
-        """A joining node counts only once it holds everything the counting replicas hold:
-        no gaps, at its high watermark, and at or past every counting replica's gossiped
-        base end and cut (so promoting it cannot make the cut cover what it lacks)."""
-        part = self.epoch.partition_of(self.node_id)
-        if self.node_id not in part.joining:
-            return
-        now = time.monotonic()
-        with self.lock:
-            views = {n: state_view(self.states[n]) for n in part.replicas if n in self.states
-                     and now - self.last_seen.get(n, -1e9) < self.cf.down_after_ms / 1000}
-            cuts = [{f"{e['topic']}/{e['partition']}": e["offset"] for e in s.get("ust", [])}
-                    for s in self.states.values()]
-        if set(views) != set(part.replicas):
-            return
-        for k in part.log_partitions:
-            for topic in TOPICS:
-                m, tp = self.store.map(topic, k), f"{topic}/{k}"
-                need = max([self.ust.get(tp, 0)] + [c.get(tp, 0) for c in cuts]
-                           + [v.base.get(tp, (0, 1 << 62))[1] for v in views.values()])
-                if m.detached or tp not in self.ingest.high or m.base_end < need or \
-                        m.base_end < self.ingest.high[tp]:
-                    return
-        parts = tuple(Partition(p.name, p.log_partitions, p.replicas + (self.node_id,),
-                                tuple(j for j in p.joining if j != self.node_id))
-                      if p is part else p for p in self.epoch.partitions)
-        log.warning("caught up: promoting %s to a counting replica of %s", self.node_id, part.name)
-        append_epoch(self.settings, self.epoch.successor(
-            partitions=parts, reason=f"{self.node_id} caught up"))
-        self._follow_config()
 
     def collect_garbage(self) -> None:
         """Release what the policy allows below the GC point."""

@@ -116,6 +116,7 @@ class Store:
         except plyvel.Error as exc:
             raise StoreError(f"cannot open LevelDB store {self.path}: {_short(exc)}") from None
         owner = self.db.get(b"Xnode")
+        self.created = owner is None
         if owner is None:
             self.db.put(b"Xnode", node_id.encode())
             self.db.put(b"Xformat", b"1")

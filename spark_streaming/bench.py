@@ -4,7 +4,8 @@ confluent-kafka consumer reading the same txlog in the same run.
 Phases, on a fresh topic set (deleted afterwards) and a fresh checkpoint:
 
 1. **startup**: start ``tidemark queues run``; time until its first progress record.
-2. **latency**: Sends at ``rate``/s for ``seconds``; a consumer on ``queues`` timestamps each
+2. **latency**: after a warm-up round at the same rate (JIT, Python workers, caches; not
+   counted), Sends at ``rate``/s for ``seconds``; a consumer on ``queues`` timestamps each
    QueueEntry as it arrives; p50/p99 of arrival minus send time.
 3. **throughput**: a backlog of ``transactions`` (Sends, half of them acked) written as fast
    as the producer goes; the job's rate is transactions / (time until progress covers the
@@ -88,7 +89,8 @@ class _EntryWatcher(threading.Thread):
         self.consumer.close()
 
 
-def _latency_phase(settings: Settings, rate: int, seconds: float) -> dict[str, Any]:
+def _latency_phase(settings: Settings, rate: int, seconds: float,
+                   tag: str) -> dict[str, Any]:
     watcher = _EntryWatcher(settings)
     watcher.start()
     producer = LogProducer(settings)
@@ -101,7 +103,7 @@ def _latency_phase(settings: Settings, rate: int, seconds: float) -> dict[str, A
         delay = due - time.time()
         if delay > 0:
             time.sleep(delay)  # pacing the offered load, not synchronization
-        peer, mid = f"peer-{i % 50}", f"lat-{i}"
+        peer, mid = f"peer-{i % 50}", f"{tag}-{i}"
         now = time.time()
         producer.produce("txlog", peer, "Send", {
             "message_id": mid, "sender": "bench", "recipient": peer, "environment": env,
@@ -161,9 +163,12 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         generate_load(bench, peers=10, messages=100, ack_ratio=0.0)
         wait_for_progress(bench, 300)
         result["startup_s"] = round(time.monotonic() - job.started_at, 1)
-        _say(f"first output after {result['startup_s']}s; latency phase: {rate}/s for"
-             f" {seconds:.0f}s")
-        result["latency"] = _latency_phase(bench, rate, seconds)
+        warmup = min(seconds, 15.0)
+        _say(f"first output after {result['startup_s']}s; warm-up: {rate}/s for {warmup:.0f}s"
+             " (not counted)")
+        result["warmup_latency"] = _latency_phase(bench, rate, warmup, "warm")
+        _say(f"latency phase: {rate}/s for {seconds:.0f}s")
+        result["latency"] = _latency_phase(bench, rate, seconds, "lat")
         result["rss_mb_after_latency"] = _group_rss_mb(job.proc.pid)
         _say(f"throughput phase: backlog of {transactions} transactions")
         start = end_offsets(bench, "txlog")

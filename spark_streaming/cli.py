@@ -13,7 +13,6 @@ from typing import Sequence
 from log.cli import add_settings_args, settings_from_args
 from log.exceptions import ConfigError
 from log.settings import Settings, default_state_dir
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS
 
 __all__ = ["register", "parse_duration_ms", "default_checkpoint", "main"]
 
@@ -46,10 +45,11 @@ def _run(args: argparse.Namespace) -> int:
     options = JobOptions(
         checkpoint=checkpoint, trigger=f"{trigger_ms} milliseconds",
         ack_ttl_ms=parse_duration_ms(args.ack_ttl),
+        dedup_window_ms=parse_duration_ms(args.dedup_window),
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         master=None if (under_submit and not args.master) else (args.master or "local[2]"),
         driver_memory=args.driver_memory, log_level=args.spark_log_level,
-        fail_on_data_loss=not args.allow_data_loss)
+        fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions)
     return run_job(settings, options)
 
 
@@ -87,12 +87,18 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint folder (default <state dir>/spark/<prefix>checkpoint)")
     parser.add_argument("--trigger", default="500ms", help="micro-batch interval (default 500ms)")
     parser.add_argument("--ack-ttl", default=os.environ.get("TIDEMARK_ACK_TTL", "24h"),
-                        help="how long acked/purged ids are remembered to cancel late or"
-                             " duplicate Sends, in the peer's log time (default 24h)")
+                        help="how long an early ack (ack before its Send) is remembered to"
+                             " cancel the Send, in the peer's log time (default 24h)")
+    parser.add_argument("--dedup-window", default=os.environ.get("TIDEMARK_DEDUP_WINDOW", "10m"),
+                        help="how long an acked or purged id is remembered to drop a duplicate"
+                             " Send arriving later (default 10m)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=200_000)
     parser.add_argument("--master", default=os.environ.get("TIDEMARK_SPARK_MASTER"),
                         help="Spark master (default local[2]; under spark-submit, its own)")
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--state-partitions", type=int, default=None,
+                        help="state store partitions (default: txlog partitions, at most the"
+                             " local cores; fixed once the checkpoint exists)")
     parser.add_argument("--spark-log-level", default="ERROR")
     parser.add_argument("--allow-data-loss", action="store_true",
                         help="keep going when txlog records expired before the job read them")

@@ -5,9 +5,9 @@ Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Setti
 MapState per txlog partition with one serialized
 :class:`~spark_streaming.queue_state.PeerState` per peer) -> ``foreachBatch``, which
 
-1. writes the batch's QueueEntry upserts and tombstones with Spark's Kafka sink to queues
-   partition = the txlog partition they came from (the write returns once every row is
-   acknowledged), and copies poison records to ``deadletter`` from the driver;
+1. collects the batch's output (net changes only) and writes the QueueEntry upserts and
+   tombstones to queues partition = the txlog partition they came from, and poison records
+   to ``deadletter``, with the project's durable producer, then flushes (every row acked);
 2. only then appends one QueueProgress per txlog partition the batch touched, with
    ``next_offset`` = the highest applied offset + 1.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -30,11 +31,12 @@ from log.exceptions import TidemarkError
 from log.producer import LogProducer
 from log.settings import Settings
 from spark_streaming.exceptions import QueryFailedError, SparkUnavailableError
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, progress_key
+from spark_streaming.queue_state import (DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS,
+                                         progress_key)
 from spark_streaming.transform import (DEAD, ENTRY, MARK, OUTPUT_SCHEMA, PEER_KEY_SCHEMA,
                                        STATE_SCHEMA, TOMBSTONE, process_rows)
 
-__all__ = ["JobOptions", "txlog_partitions", "spark_conf", "build_session", "kafka_options", "start_query",
+__all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session", "kafka_options", "start_query",
            "run_job", "BatchWriter"]
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class JobOptions:
     checkpoint: str
     trigger: str = "500 milliseconds"
     ack_ttl_ms: int = DEFAULT_ACK_TTL_MS
+    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
     max_offsets_per_trigger: int = 200_000
     master: str | None = "local[2]"
     driver_memory: str = "1g"
@@ -64,6 +67,7 @@ class JobOptions:
     starting_offsets: str = "earliest"
     fail_on_data_loss: bool = True
     query_name: str = "tidemark-queues"
+    state_partitions: int | None = None
 
 
 def txlog_partitions(settings: Settings) -> int:
@@ -75,10 +79,24 @@ def txlog_partitions(settings: Settings) -> int:
         return settings.partitions
 
 
+def state_partitions(settings: Settings, options: JobOptions) -> int:
+    """Shuffle (= state store) partitions: given, else txlog's partition count capped at the
+    local master's cores (each state partition costs a task and a commit per batch)."""
+    if options.state_partitions:
+        return options.state_partitions
+    count = txlog_partitions(settings)
+    match = re.fullmatch(r"local\[(\d+|\*)\]", options.master or "")
+    if match:
+        cores = (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
+        return max(1, min(count, cores))
+    return count
+
+
 def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
     """Spark settings for the job: RocksDB state store, small shuffles, quiet logs."""
     conf = {
-        "spark.sql.shuffle.partitions": str(txlog_partitions(settings)),
+        "spark.sql.shuffle.partitions": str(state_partitions(settings, options)),
+        "spark.locality.wait": "0s",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
@@ -133,7 +151,7 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return opts
 
 
-def _processor(ttl_ms: int) -> Any:
+def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
     """A ``StatefulProcessor`` for one txlog partition; each peer's state is a MapState entry."""
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -158,7 +176,7 @@ def _processor(ttl_ms: int) -> Any:
                             timerValues: Any) -> Iterator[Any]:
             import pandas as pd
             frame = pd.concat(list(rows), ignore_index=True)
-            yield process_rows(frame, self._load, self._store, ttl_ms)
+            yield process_rows(frame, self._load, self._store, ack_ttl_ms, dedup_window_ms)
 
         def close(self) -> None:
             pass
@@ -167,63 +185,62 @@ def _processor(ttl_ms: int) -> Any:
 
 
 class BatchWriter:
-    """``foreachBatch`` sink: rows first, then one QueueProgress per touched partition."""
+    """``foreachBatch`` sink: the batch's rows, flushed; then one QueueProgress per partition.
+
+    The batch's output is net changes (each queue key at most once), so it is collected to
+    the driver in one Spark job and written with the project's durable producer (settings
+    from :class:`~log.settings.Settings` only). ``flush`` raises if Kafka refused anything,
+    which fails the batch before its progress is written; the restarted batch rewrites the
+    same rows.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.sink_options = {**kafka_options(settings), "topic": settings.topic("queues"),
-                             "kafka.acks": "all", "kafka.enable.idempotence": "true",
-                             "kafka.linger.ms": "5", "kafka.compression.type": "lz4"}
         self._producer: LogProducer | None = None
         self.batches = 0
         self.dead = 0
 
     @property
     def producer(self) -> LogProducer:
-        """The driver's producer for progress and dead letters (created on first use)."""
+        """The driver's producer (created on first use, in the driver process)."""
         if self._producer is None:
             self._producer = LogProducer(self.settings)
         return self._producer
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from pyspark.sql import functions as F
         t0 = time.perf_counter()
-        df = df.persist()
-        try:
-            rows = df.where(F.col("kind").isin(ENTRY, TOMBSTONE))
-            rows.select("key", "value", "partition").write.format("kafka") \
-                .options(**self.sink_options).save()
-            t1 = time.perf_counter()
-            small = df.where(F.col("kind").isin(DEAD, MARK)).select(
-                "kind", "key", "value", "partition", "offset", "reason").collect()
-        finally:
-            df.unpersist()
-        t2 = time.perf_counter()
-        self._finish(batch_id, small)
-        log.debug("batch %d: rows %.0f ms, collect %.0f ms, progress %.0f ms", batch_id,
-                  (t1 - t0) * 1e3, (t2 - t1) * 1e3, (time.perf_counter() - t2) * 1e3)
+        rows = df.collect()
+        t1 = time.perf_counter()
+        self.write(batch_id, [r.asDict() for r in rows])
+        log.debug("batch %d: %d rows, spark %.0f ms, kafka %.0f ms", batch_id, len(rows),
+                  (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3)
 
-    def _finish(self, batch_id: int, small: list[Any]) -> None:
+    def write(self, batch_id: int, rows: list[dict[str, Any]]) -> None:
+        """Write one batch's output rows, then its progress records."""
         producer = self.producer
-        top: dict[int, int] = {}
+        queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
         txlog = self.settings.topic("txlog")
-        for row in small:
-            if row["kind"] == MARK:
-                top[row["partition"]] = max(top.get(row["partition"], -1), row["offset"])
-            else:
-                key = None if row["key"] is None else bytes(row["key"])
-                value = None if row["value"] is None else bytes(row["value"])
-                producer.produce_raw(producer.topic("deadletter"), key, value,
-                                     headers=[("tidemark.reason", row["reason"].encode()[:1000]),
-                                              ("tidemark.source", b"spark-queues"),
-                                              ("tidemark.topic", txlog.encode()),
-                                              ("tidemark.partition", str(row["partition"]).encode()),
-                                              ("tidemark.offset", str(row["offset"]).encode())])
-                self.dead += 1
-        if self.dead and any(r["kind"] == DEAD for r in small):
-            log.warning("batch %d: %d poison record(s) sent to deadletter", batch_id,
-                        sum(r["kind"] == DEAD for r in small))
-        producer.flush()  # dead letters are written before the progress that covers them
+        top: dict[int, int] = {}
+        dead = 0
+        for row in rows:
+            kind, part = row["kind"], row["partition"]
+            key = None if row["key"] is None else bytes(row["key"])
+            value = None if row["value"] is None else bytes(row["value"])
+            if kind == ENTRY or kind == TOMBSTONE:
+                producer.produce_raw(queues, key, value, partition=part)
+            elif kind == MARK:
+                top[part] = max(top.get(part, -1), row["offset"])
+            elif kind == DEAD:
+                producer.produce_raw(deadletter, key, value, headers=[
+                    ("tidemark.reason", (row["reason"] or "").encode()[:1000]),
+                    ("tidemark.source", b"spark-queues"), ("tidemark.topic", txlog.encode()),
+                    ("tidemark.partition", str(part).encode()),
+                    ("tidemark.offset", str(row["offset"]).encode())])
+                dead += 1
+        producer.flush()  # every row of the batch is acknowledged before its progress
+        if dead:
+            self.dead += dead
+            log.warning("batch %d: %d poison record(s) sent to %s", batch_id, dead, deadletter)
         now = int(time.time() * 1000)
         for part, offset in sorted(top.items()):
             producer.produce("queues", progress_key(part), "QueueProgress", {
@@ -244,7 +261,8 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
     # state API to one call per partition; peers are MapState entries inside the group.
     rows = source.select("key", "value", "partition", "offset")
     out = rows.groupBy("partition").transformWithStateInPandas(
-        statefulProcessor=_processor(options.ack_ttl_ms), outputStructType=OUTPUT_SCHEMA,
+        statefulProcessor=_processor(options.ack_ttl_ms, options.dedup_window_ms),
+        outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="None")
     return out.writeStream.queryName(options.query_name).outputMode("update") \
         .option("checkpointLocation", options.checkpoint) \

@@ -1,15 +1,20 @@
 """Per-peer queue state, pure logic (no Spark): apply txlog events, emit upserts/tombstones.
 
 A peer's state is the set of its unacked message ids (with the txlog offset of the Send that
-queued each), plus *remembered* ids: messages that were acked (before or after their Send) or
-purged. A Send whose id is queued or remembered is ignored, so an early Ack cancels the later
-Send and a duplicate Send counts once.
+queued each), plus *remembered* ids, each with an expiry. A Send whose id is queued or still
+remembered is ignored, so an early Ack cancels the later Send and a duplicate Send counts once.
+
+* An Ack of a message that is not queued (an *early ack*: the direct path beat the log) is
+  remembered for ``ack_ttl_ms``.
+* An Ack of a queued message, and every message a Purge drops, is remembered only for the
+  shorter ``dedup_window_ms``, which catches a duplicate Send arriving after the Ack. Acked
+  messages therefore leave the state: it grows with what is unacked (plus a window of recent
+  acks), not with the total history.
 
 Time is the peer's own log time: ``clock`` is the largest ``timestamp_ms`` of any record of
-the peer applied so far. An id is remembered at the clock value of the Ack or Purge that
-dropped it and is forgotten once ``clock >= remembered_at + ttl_ms``. Because the clock only
-depends on the records, the outcome is the same however the stream is cut into batches, which
-is what makes a restarted job converge to the same queues.
+the peer applied so far; a remembered id expires once ``clock >= expiry``. Because the clock
+only depends on the records, the outcome is the same however the stream is cut into batches,
+which is what makes a restarted job converge to the same queues.
 
 :func:`apply_events` returns the *net* changes of one batch: one :class:`Change` per message
 whose presence in the queue differs between the start and the end of the batch. Each output
@@ -24,12 +29,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["SEND", "ACK", "PURGE", "DEFAULT_ACK_TTL_MS", "Event", "Change", "PeerState",
+__all__ = ["SEND", "ACK", "PURGE", "DEFAULT_ACK_TTL_MS", "DEFAULT_DEDUP_WINDOW_MS", "Event", "Change", "PeerState",
            "apply_events", "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
 
 SEND, ACK, PURGE = "Send", "Ack", "Purge"
-#: How long (in the peer's log time) an acked or purged id is remembered: 24 hours.
+#: How long (in the peer's log time) an early ack is remembered: 24 hours.
 DEFAULT_ACK_TTL_MS = 24 * 3600 * 1000
+#: How long an id acked after its Send, or purged, is remembered against duplicates: 10 min.
+DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
 
 _SEP = "\x00"
 _PROGRESS_PREFIX = "__progress__."
@@ -80,21 +87,25 @@ class Change:
 
 @dataclass
 class PeerState:
-    """One peer's state: queued ids -> Send offset, remembered ids -> clock, the clock."""
+    """One peer's state: queued ids -> Send offset, remembered ids -> expiry, the clock."""
 
     queue: dict[str, int] = field(default_factory=dict)
     remembered: dict[str, int] = field(default_factory=dict)
     clock: int = 0
 
-    def is_remembered(self, message_id: str, ttl_ms: int) -> bool:
+    def is_remembered(self, message_id: str) -> bool:
         """Whether an Ack or Purge of ``message_id`` is still remembered at the current clock."""
-        at = self.remembered.get(message_id)
-        return at is not None and at + ttl_ms > self.clock
+        return self.remembered.get(message_id, self.clock) > self.clock
 
-    def prune(self, ttl_ms: int) -> int:
+    def remember(self, message_id: str, for_ms: int) -> None:
+        """Remember ``message_id`` until ``clock + for_ms`` (never shortening a longer one)."""
+        until = self.clock + for_ms
+        if self.remembered.get(message_id, until - 1) < until:
+            self.remembered[message_id] = until
+
+    def prune(self) -> int:
         """Forget expired remembered ids; returns how many were dropped."""
-        limit = self.clock - ttl_ms
-        expired = [m for m, at in self.remembered.items() if at <= limit]
+        expired = [m for m, until in self.remembered.items() if until <= self.clock]
         for m in expired:
             del self.remembered[m]
         return len(expired)
@@ -118,20 +129,23 @@ class PeerState:
         return cls(queue=queue, remembered=remembered, clock=clock)
 
 
-def apply_events(state: PeerState, events: Iterable[Event], ttl_ms: int) -> list[Change]:
+def apply_events(state: PeerState, events: Iterable[Event], ack_ttl_ms: int,
+                 dedup_window_ms: int | None = None) -> list[Change]:
     """Apply ``events`` (in txlog offset order) to ``state`` in place; return net changes.
 
-    Changes are sorted by message id. Expired remembered ids are pruned at the end.
+    ``dedup_window_ms`` defaults to ``ack_ttl_ms``. Changes are sorted by message id.
+    Expired remembered ids are pruned at the end.
     """
+    dedup_ms = ack_ttl_ms if dedup_window_ms is None else dedup_window_ms
     touched: dict[str, bool] = {}  # message id -> queued at the start of the batch
     queued_by: dict[str, Event] = {}
-    queue, remembered = state.queue, state.remembered
+    queue = state.queue
     for ev in events:
         if ev.timestamp_ms > state.clock:
             state.clock = ev.timestamp_ms
         if ev.kind == SEND:
             mid = ev.message_id
-            if mid in queue or state.is_remembered(mid, ttl_ms):
+            if mid in queue or state.is_remembered(mid):
                 continue
             touched.setdefault(mid, False)
             queue[mid] = ev.offset
@@ -141,15 +155,17 @@ def apply_events(state: PeerState, events: Iterable[Event], ttl_ms: int) -> list
             if mid in queue:
                 touched.setdefault(mid, True)
                 del queue[mid]
-            remembered[mid] = state.clock
+                state.remember(mid, dedup_ms)
+            else:
+                state.remember(mid, ack_ttl_ms)
         elif ev.kind == PURGE:
             for mid in queue:
                 touched.setdefault(mid, True)
-                remembered[mid] = state.clock
+                state.remember(mid, dedup_ms)
             queue.clear()
         else:
             raise ValueError(f"unknown event kind {ev.kind!r}")
-    state.prune(ttl_ms)
+    state.prune()
     changes = []
     for mid in sorted(touched):
         now = mid in queue

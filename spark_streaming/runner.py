@@ -23,7 +23,7 @@ from log.exceptions import CodecError
 from log.offsets import watermarks
 from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS
 
 __all__ = ["JobProcess", "expected_queues"]
 
@@ -96,7 +96,7 @@ class JobProcess:
 
 
 def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
-                    timeout_s: float = 120.0) -> tuple[dict[str, set[str]], dict[int, int], int]:
+                    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS, timeout_s: float = 120.0) -> tuple[dict[str, set[str]], dict[int, int], int]:
     """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself."""
     marks = watermarks(settings, "txlog")
     todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}
@@ -130,13 +130,16 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                 q, gone = queued.setdefault(peer, {}), dropped.setdefault(peer, {})
                 if decoded.name == "Send":
                     mid = rec["message_id"]
-                    if mid not in q and not (mid in gone and gone[mid] + ack_ttl_ms > now):
+                    if mid not in q and gone.get(mid, now) <= now:
                         q[mid] = None
-                elif decoded.name == "Ack":
-                    q.pop(rec["message_id"], None)
-                    gone[rec["message_id"]] = now
+                elif decoded.name == "Ack":  # remembered until: the longest of all reasons
+                    mid = rec["message_id"]
+                    keep = dedup_window_ms if mid in q else ack_ttl_ms
+                    q.pop(mid, None)
+                    gone[mid] = max(gone.get(mid, 0), now + keep)
                 else:
-                    gone.update((m, now) for m in q)
+                    for mid in q:
+                        gone[mid] = max(gone.get(mid, 0), now + dedup_window_ms)
                     q.clear()
     ends = {p: hi for p, (_, hi) in marks.items()}
     return {p: set(q) for p, q in queued.items() if q}, ends, bad

@@ -58,8 +58,8 @@ def _peer_of(key: Any) -> str | None:
 
 
 def process_rows(rows: pd.DataFrame, load: Callable[[str], bytes | None],
-                 store: Callable[[str, bytes | None], None], ttl_ms: int,
-                 codec: Codec | None = None) -> pd.DataFrame:
+                 store: Callable[[str, bytes | None], None], ack_ttl_ms: int,
+                 dedup_window_ms: int | None = None, codec: Codec | None = None) -> pd.DataFrame:
     """Apply a batch's txlog rows (any order; normally one txlog partition) to peer states.
 
     ``load(peer)`` returns a peer's serialized state (``None`` if it has none) and
@@ -88,7 +88,7 @@ def process_rows(rows: pd.DataFrame, load: Callable[[str], bytes | None],
         where[(peer, off)] = part
     for peer in sorted(events):
         state = PeerState.from_bytes(load(peer))
-        changes = apply_events(state, events[peer], ttl_ms)
+        changes = apply_events(state, events[peer], ack_ttl_ms, dedup_window_ms)
         store(peer, None if state.empty else state.to_bytes())
         last_part = where[(peer, events[peer][-1].offset)]
         for change in changes:

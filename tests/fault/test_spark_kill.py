@@ -47,6 +47,14 @@ def _progress(settings: Settings) -> dict[int, int]:
     return read_queues(settings).progress
 
 
+def _batch_in_flight(checkpoint: Path) -> bool:
+    """A micro-batch was planned (offsets/N written) but not committed (no commits/N)."""
+    def ids(folder: str) -> set[int]:
+        return {int(f.name) for f in (checkpoint / folder).glob("[0-9]*")}
+    planned, committed = ids("offsets"), ids("commits")
+    return bool(planned) and max(planned) not in committed
+
+
 def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     settings = stack.settings()
     assert settings.topic_prefix.startswith("k") and settings.partitions == 4
@@ -74,9 +82,13 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     producer.start()
     wait_for(lambda: sum(_progress(settings).values()) > 0, timeout=120,
              what="the job's first progress records")
+    checkpoint = Path(spec.argv[spec.argv.index("--checkpoint") + 1])
+    wait_for(lambda: _batch_in_flight(checkpoint), timeout=60, interval=0.05,
+             what="a micro-batch in flight")
     assert producer.is_alive() and not errors, errors
-    stack.kill("spark")
-    assert stack.status()["spark"]["up"] is False
+    stack.kill("spark")  # in the middle of a batch: its rows may be partly written
+    wait_for(lambda: stack.status()["spark"]["up"] is False, timeout=20,
+             what="`local status` to report the killed job down")
     killed_at = dict(_progress(settings))
     stack.ensure(plan(stack)[0])  # `local up` does the same for a recorded dead process
     assert stack.status()["spark"]["up"] is True

@@ -148,3 +148,21 @@ def test_add_node_joins_backfills_and_counts_then_remove_node(bootstrap: str,
         out = subprocess.run(cli + ["remove-node", "p0r2", "--config", config],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 1 and "no counting replica" in out.stderr
+
+
+def test_replica_with_wiped_store_rejoins_before_counting(bootstrap: str, tmp_path: Path) -> None:
+    import shutil
+    with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=HOUR) as stack:
+        settings = stack.settings()
+        generate_load(settings, peers=30, messages=1500, seed=13)
+        first = ends(stack)
+        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        stack.kill("p0r1")
+        shutil.rmtree(stack.state_dir / "replicas" / "p0r1")
+        stack.up(extra=[lambda s: plan(s, "1x2")], timeout_s=60)
+        doc = status(stack, "p0r0")
+        assert txlog_ust(doc) == first  # the cut never went down
+        wait_for(lambda: (lambda d: d and d["epoch"] >= 3 and
+                          _node(d, "p0r1").get("role") == "replica")(status(stack, "p0r0")),
+                 60, what="p0r1 rejoined through joining and promoted again")
+        assert _complete(stack, "p0r1", first)

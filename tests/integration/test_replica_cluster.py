@@ -53,6 +53,8 @@ def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path:
         node = next(n for n in doc["nodes"] if n["id"] == "p0r0")
         assert set(node["partitions"]["txlog/0"]) >= {"base", "detached", "log_end"}
         assert all(doc["gc_point"][tp] <= doc["ust"][tp] for tp in doc["ust"])
+        assert doc["ust_ms"] > 0
+        first_ust_ms = doc["ust_ms"]
 
         _tidemark(stack, "local", "kill", "p0r1")
         _tidemark(stack, "load", "--peers", "40", "--messages", "3000", "--seed", "2")
@@ -75,6 +77,7 @@ def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path:
         doc = wait_for(held, 60, what="p0r1 named as holding the cut back")
         assert all(doc["ust"][tp] <= target[tp] for tp in P0)
         assert doc["held_back_by"]["seconds"] > 0
+        assert first_ust_ms <= doc["ust_ms"]
 
         _tidemark(stack, "local", "up", "--replicas", "2x2")
         wait_for(lambda: txlog_ust(status(stack)) == later, 60, what="cut back at the ends")
@@ -147,3 +150,9 @@ def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> No
         # everything was acked and old enough: released and compacted up to the GC point
         wait_for(lambda: status(stack)["nodes"][0]["partitions"]["txlog/0"]["base"][0]
                  == second["txlog/0"], 30, what="interval map compacted to the GC point")
+        from replica.grpc_server import unpack_records
+        peers = Peers()
+        left = unpack_records(peers.call(address, "Fetch", json.dumps(
+            {"partition": 0, "start": 0, "end": second["txlog/0"]}).encode(), timeout=10))
+        peers.close()
+        assert left == []  # every Send was acked, so Sends and Acks were all released

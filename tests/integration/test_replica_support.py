@@ -41,7 +41,7 @@ def replica_stack(bootstrap: str, folder: Path, layout: str, min_age_ms: int = 0
         stack.up(extra=[lambda s: plan(s, layout)], timeout_s=60)
         yield stack
     finally:
-        stack.down(grace_s=5)
+        LocalStack(folder).down(grace_s=5)  # re-read: CLI calls may have restarted nodes
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -1,0 +1,90 @@
+"""The job's pandas step and small pure helpers, without Spark or Kafka."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from log.codec import default_codec
+from log.exceptions import ConfigError
+from log.local_cluster import LocalStack
+from log.settings import Settings
+from spark_streaming.cli import default_checkpoint, parse_duration_ms
+from spark_streaming.job import JobOptions, state_partitions
+from spark_streaming.local import plan
+from spark_streaming.queue_state import PeerState, queue_key
+from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE, process_rows
+
+C = default_codec()
+
+
+def _send(peer: str, mid: str) -> bytes:
+    return C.encode("Send", {"message_id": mid, "sender": "s", "recipient": peer,
+                             "environment": "e", "message_type": "t", "payload": b"p",
+                             "timestamp_ms": 5, "delivery_count": 2})
+
+
+def _ack(peer: str, mid: str) -> bytes:
+    return C.encode("Ack", {"message_id": mid, "peer": peer, "environment": "e",
+                            "timestamp_ms": 6})
+
+
+def _frame(rows: list[tuple[bytes | None, bytes | None, int]], partition: int = 3) -> pd.DataFrame:
+    data = [(k, v, partition, off) for off, (k, v, _) in enumerate(rows)]
+    random.Random(1).shuffle(data)  # Spark gives no order inside a group
+    return pd.DataFrame(data, columns=["key", "value", "partition", "offset"])
+
+
+def test_rows_in_offset_order_per_peer_with_dead_letters_and_marks() -> None:
+    store: dict[str, bytes] = {}
+    frame = _frame([
+        (b"a", _send("a", "1"), 0), (b"a", _send("a", "2"), 0), (b"b", _ack("b", "9"), 0),
+        (b"a", _ack("a", "1"), 0), (b"b", _send("b", "9"), 0), (b"a", b"junk", 0),
+        (None, _send("a", "3"), 0), (b"b", _send("a", "4"), 0),
+        (b"a", C.encode("QueueProgress", {"txlog_partition": 0, "next_offset": 1,
+                                          "batch_id": 0, "timestamp_ms": 0}), 0)])
+    out = process_rows(frame, store.get, lambda p, b: store.__setitem__(p, b) if b else
+                       store.pop(p, None), ack_ttl_ms=1000, dedup_window_ms=500)
+    entries = out[out.kind == ENTRY]
+    assert list(entries.key) == [queue_key("a", "2").encode()]
+    entry = C.decode(entries.value.iloc[0]).record
+    assert (entry["txlog_partition"], entry["txlog_offset"], entry["delivery_count"]) == (3, 1, 2)
+    assert set(out[out.kind == DEAD].offset) == {5, 6, 7, 8}
+    assert all(out[out.kind == DEAD].reason.str.len() > 0)
+    assert list(out[out.kind == MARK].offset) == [8] and list(out[out.kind == MARK].partition) == [3]
+    assert set(store) == {"a", "b"}  # b remembers its early ack
+    # the next batch acks a's entry: a tombstone; a's state keeps only recent acked ids
+    out2 = process_rows(_frame([(b"a", _ack("a", "2"), 0)]), store.get,
+                        lambda p, b: store.__setitem__(p, b) if b else store.pop(p, None), 0)
+    assert list(out2[out2.kind == TOMBSTONE].key) == [queue_key("a", "2").encode()]
+    assert out2[out2.kind == TOMBSTONE].value.isna().all()
+    assert PeerState.from_bytes(store["a"]).queue == {}
+    far = C.encode("Ack", {"message_id": "x", "peer": "a", "environment": "e",
+                           "timestamp_ms": 10**6})
+    process_rows(_frame([(b"a", far, 0)]), store.get,
+                 lambda p, b: store.__setitem__(p, b) if b else store.pop(p, None), 0, 0)
+    assert "a" not in store  # everything it remembered expired: the state entry is dropped
+
+
+def test_empty_frame() -> None:
+    out = process_rows(_frame([]), lambda p: None, lambda p, b: None, 1000)
+    assert out.empty and list(out.columns) == ["kind", "key", "value", "partition", "offset",
+                                               "reason"]
+
+
+def test_durations_checkpoint_partitions_and_plan(tmp_path) -> None:
+    assert parse_duration_ms("500ms") == 500 and parse_duration_ms("2s") == 2000
+    assert parse_duration_ms("24h") == 86_400_000 and parse_duration_ms("250") == 250
+    with pytest.raises(ConfigError):
+        parse_duration_ms("soon")
+    s = Settings(bootstrap="", topic_prefix="x.", partitions=12)
+    assert default_checkpoint(s, str(tmp_path)) == tmp_path / "spark" / "x.checkpoint"
+    assert state_partitions(s, JobOptions(checkpoint="c", master="local[2]",
+                                          state_partitions=None)) == 2
+    assert state_partitions(s, JobOptions(checkpoint="c", state_partitions=5)) == 5
+    (spec,) = plan(LocalStack(tmp_path))
+    assert spec.kind == "spark" and spec.name == "spark"
+    assert spec.argv[-6:-4] == ["--state-dir", str(tmp_path)]
+    assert str(tmp_path) in spec.argv[spec.argv.index("--checkpoint") + 1]
