@@ -61,8 +61,18 @@ def _remove(args: argparse.Namespace) -> int:
                             tuple(j for j in p.joining if j != args.node_id))
                   if p is part else p for p in epoch.partitions)
     nodes = {n: a for n, a in epoch.nodes.items() if n != args.node_id}
-    return _commit(settings, epoch.successor(nodes=nodes, partitions=parts,
+    code = _commit(settings, epoch.successor(nodes=nodes, partitions=parts,
                                              reason=f"remove {args.node_id}"))
+    _forget_locally(args.node_id)
+    return code
+
+
+def _forget_locally(node_id: str) -> None:
+    """If the local stack runs this node, stop tracking it so `local up` won't restart it."""
+    from log.local_cluster import LocalStack
+    from log.settings import default_state_dir
+    if (default_state_dir() / "state.json").exists():
+        LocalStack(default_state_dir()).forget(node_id)
 
 
 def _add(args: argparse.Namespace) -> int:

@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=str(args.log_level).upper(), stream=sys.stderr,
                         format='{"ts":"%(asctime)s","level":"%(levelname)s",'
                                '"logger":"%(name)s","msg":"%(message)s"}')
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("tidemark.librdkafka").setLevel(logging.CRITICAL)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

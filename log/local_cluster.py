@@ -133,6 +133,18 @@ class LocalStack:
         kill9(pid)
         return pid
 
+    def forget(self, name: str) -> bool:
+        """Drop a stopped process from the record (e.g. a node removed from the cluster),
+        so that ``up`` does not restart it. Returns whether it was recorded."""
+        known = self.state["processes"].get(name)
+        if not known:
+            return False
+        if is_alive(known.get("pid"), self.marker):
+            terminate([known["pid"]], self.marker)
+        del self.state["processes"][name]
+        self._save()
+        return True
+
     def down(self, grace_s: float = 20.0) -> list[str]:
         """Stop everything this stack started: non-brokers first, then brokers."""
         specs = self.processes()

@@ -10,6 +10,7 @@ When no bootstrap is configured, the local stack's state folder supplies it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ _ENV_KEYS = {
     "TIDEMARK_MAX_MESSAGE_BYTES": ("max_message_bytes", int),
 }
 _CLIENT_ENV_PREFIX = "TIDEMARK_KAFKA_"
+_RDKAFKA_LOGGER = logging.getLogger("tidemark.librdkafka")
 
 
 def default_state_dir() -> Path:
@@ -65,7 +67,9 @@ class Settings:
             raise ConfigError(
                 "no Kafka bootstrap configured: run `tidemark local up`, set TIDEMARK_BOOTSTRAP,"
                 " or give [kafka] bootstrap in the config file")
-        conf: dict[str, Any] = {"log_level": 3}
+        # librdkafka's own log lines go through Python logging ("tidemark.librdkafka"), which
+        # the console keeps quiet unless --log-level DEBUG: errors reach callers as exceptions.
+        conf: dict[str, Any] = {"logger": _RDKAFKA_LOGGER}
         conf.update(self.client)
         conf["bootstrap.servers"] = self.bootstrap
         return conf

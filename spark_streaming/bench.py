@@ -61,6 +61,20 @@ def _group_rss_mb(pgid: int) -> float:
     return round(total / 2**20, 1)
 
 
+def _batch_seconds(checkpoint: Path) -> dict[str, float]:
+    """Micro-batch durations from the checkpoint: offsets/N written -> commits/N written."""
+    spans = []
+    for planned in (checkpoint / "offsets").glob("[0-9]*"):
+        done = checkpoint / "commits" / planned.name
+        if done.exists():
+            spans.append(done.stat().st_mtime - planned.stat().st_mtime)
+    spans.sort()
+    if not spans:
+        return {}
+    return {"batches": len(spans), "p50_s": round(spans[len(spans) // 2], 2),
+            "max_s": round(spans[-1], 2)}
+
+
 def _dir_mb(path: Path) -> float:
     return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20, 2)
 
@@ -156,7 +170,8 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
     ensure_topics(bench)
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-queues-", dir=state_dir))
     job = JobProcess(bench, work / "checkpoint", work / "job.log", trigger=f"{trigger_ms}ms")
-    result: dict[str, Any] = {"trigger_ms": trigger_ms, "partitions": bench.partitions}
+    result: dict[str, Any] = {"trigger_ms": trigger_ms, "partitions": bench.partitions,
+                              "load_average_start": round(os.getloadavg()[0], 1)}
     try:
         _say(f"starting the job (topics {bench.topic_prefix}*, log {job.log_file})")
         job.start()
@@ -189,6 +204,8 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         result["rss_mb_after_throughput"] = _group_rss_mb(job.proc.pid)
         result["state_store_mb"] = _dir_mb(work / "checkpoint" / "state")
         result["p99_target_s"] = P99_TARGET_S
+        result["batch_duration"] = _batch_seconds(work / "checkpoint")
+        result["load_average_end"] = round(os.getloadavg()[0], 1)
     finally:
         job.stop()
         AdminClient(bench.admin_config()).delete_topics(
@@ -208,6 +225,9 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"send -> queue entry latency    : p50 {lat.get('p50_s')} s, p99 {lat.get('p99_s')} s"
           f" at {lat.get('rate')}/s, trigger {r.get('trigger_ms')} ms ({verdict} p99 < "
           f"{r.get('p99_target_s')} s)")
+    print(f"micro-batch duration           : {r.get('batch_duration')}")
+    print(f"machine load average           : {r.get('load_average_start')} at start,"
+          f" {r.get('load_average_end')} at end (2 cores are shared with the brokers)")
     print(f"job memory (RSS, all processes): {r.get('rss_mb_after_latency')} MB after latency,"
           f" {r.get('rss_mb_after_throughput')} MB after throughput; state store"
           f" {r.get('state_store_mb')} MB")

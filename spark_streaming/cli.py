@@ -13,6 +13,7 @@ from typing import Sequence
 from log.cli import add_settings_args, settings_from_args
 from log.exceptions import ConfigError
 from log.settings import Settings, default_state_dir
+from spark_streaming.exceptions import QueuesError
 
 __all__ = ["register", "parse_duration_ms", "default_checkpoint", "main"]
 
@@ -54,11 +55,17 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _depth(args: argparse.Namespace) -> int:
+    from confluent_kafka import KafkaException
+
     from spark_streaming.depth import depth_report, wait_for_progress
     settings = settings_from_args(args)
-    if args.wait:
-        wait_for_progress(settings, args.wait)
-    report = depth_report(settings, args.peer)
+    try:
+        if args.wait:
+            wait_for_progress(settings, args.wait)
+        report = depth_report(settings, args.peer)
+    except KafkaException as exc:
+        raise QueuesError(f"cannot read {settings.topic('queues')} from {settings.bootstrap}:"
+                          f" {exc.args[0].str() if exc.args else exc}") from None
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

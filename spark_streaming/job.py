@@ -22,22 +22,23 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from log.exceptions import TidemarkError
-from log.producer import LogProducer
-from log.settings import Settings
-from spark_streaming.exceptions import QueryFailedError, SparkUnavailableError
-from spark_streaming.queue_state import (DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS,
-                                         progress_key)
-from spark_streaming.transform import (DEAD, ENTRY, MARK, OUTPUT_SCHEMA, PEER_KEY_SCHEMA,
-                                       STATE_SCHEMA, TOMBSTONE, process_rows)
+from confluent_kafka import KafkaException
 
-__all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session", "kafka_options", "start_query",
-           "run_job", "BatchWriter"]
+from log.exceptions import TidemarkError
+from log.settings import Settings
+from spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS
+from spark_streaming.sink import BatchWriter
+from spark_streaming.transform import OUTPUT_SCHEMA, PEER_KEY_SCHEMA, STATE_SCHEMA, process_rows
+
+__all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
+           "java_client_settings", "kafka_options", "check_topics", "start_query", "run_job"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def txlog_partitions(settings: Settings) -> int:
     try:
         from log.offsets import watermarks
         return len(watermarks(settings, "txlog")) or settings.partitions
-    except TidemarkError:
+    except (TidemarkError, KafkaException):  # Spark's own source will report the problem
         return settings.partitions
 
 
@@ -115,13 +116,15 @@ def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
         # Python workers run the interpreter named by PYSPARK_PYTHON (pyspark reads only the
         # environment): this one, so that they see the same packages.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    log4j = Path(options.checkpoint).parent / f".{Path(options.checkpoint).name}-log4j2.properties"
-    try:
-        log4j.parent.mkdir(parents=True, exist_ok=True)
-        log4j.write_text(_LOG4J2.format(level=options.log_level.lower()))
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
-    except OSError:  # a read-only or remote checkpoint location: keep Spark's own logging
-        pass
+        # We start the JVM, so its log4j configuration is ours to give (spark-submit users
+        # bring their own): one line per message at the chosen level, on stderr.
+        level = options.log_level.lower()
+        log4j = Path(tempfile.gettempdir()) / f"tidemark-spark-log4j2-{level}.properties"
+        try:
+            log4j.write_text(_LOG4J2.format(level=level))
+            conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        except OSError:  # an unwritable temp folder: keep Spark's own logging
+            pass
     return conf
 
 
@@ -142,11 +145,40 @@ def build_session(settings: Settings, options: JobOptions) -> Any:
     return spark
 
 
+_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def java_client_settings(client: dict[str, str]) -> dict[str, str]:
+    """The ``[kafka.client]`` settings (librdkafka names) as the Java client spells them.
+
+    Shared names (``security.protocol``, ``sasl.mechanism``, ``ssl.endpoint...``) pass
+    through. librdkafka-only ones are translated: ``sasl.username``/``sasl.password`` become
+    ``sasl.jaas.config`` for PLAIN and SCRAM (unless one is given), ``sasl.mechanisms``
+    becomes ``sasl.mechanism``, and ``ssl.ca.location`` a PEM truststore.
+    """
+    out = dict(client)
+    if "sasl.mechanisms" in out:
+        out.setdefault("sasl.mechanism", out.pop("sasl.mechanisms"))
+    user, password = out.pop("sasl.username", None), out.pop("sasl.password", None)
+    module = _LOGIN_MODULES.get(out.get("sasl.mechanism", "").upper())
+    if user is not None and password is not None and module and "sasl.jaas.config" not in out:
+        out["sasl.jaas.config"] = (f'{module} required username="{user}"'
+                                   f' password="{password}";')
+    ca = out.pop("ssl.ca.location", None)
+    if ca and "ssl.truststore.location" not in out:
+        out["ssl.truststore.location"] = ca
+        out.setdefault("ssl.truststore.type", "PEM")
+    return out
+
+
 def kafka_options(settings: Settings) -> dict[str, str]:
-    """``kafka.*`` options for Spark's Kafka source and sink: bootstrap + client passthrough."""
+    """``kafka.*`` options for Spark's Kafka source: bootstrap + the client settings."""
     if not settings.bootstrap:
         settings.producer_config()  # raises the readable ConfigError
-    opts = {f"kafka.{k}": str(v) for k, v in settings.client.items()}
+    client = java_client_settings({k: str(v) for k, v in settings.client.items()})
+    opts = {f"kafka.{k}": v for k, v in client.items()}
     opts["kafka.bootstrap.servers"] = settings.bootstrap
     return opts
 
@@ -184,72 +216,6 @@ def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
     return QueueProcessor()
 
 
-class BatchWriter:
-    """``foreachBatch`` sink: the batch's rows, flushed; then one QueueProgress per partition.
-
-    The batch's output is net changes (each queue key at most once), so it is collected to
-    the driver in one Spark job and written with the project's durable producer (settings
-    from :class:`~log.settings.Settings` only). ``flush`` raises if Kafka refused anything,
-    which fails the batch before its progress is written; the restarted batch rewrites the
-    same rows.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._producer: LogProducer | None = None
-        self.batches = 0
-        self.dead = 0
-
-    @property
-    def producer(self) -> LogProducer:
-        """The driver's producer (created on first use, in the driver process)."""
-        if self._producer is None:
-            self._producer = LogProducer(self.settings)
-        return self._producer
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        t0 = time.perf_counter()
-        rows = df.collect()
-        t1 = time.perf_counter()
-        self.write(batch_id, [r.asDict() for r in rows])
-        log.debug("batch %d: %d rows, spark %.0f ms, kafka %.0f ms", batch_id, len(rows),
-                  (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3)
-
-    def write(self, batch_id: int, rows: list[dict[str, Any]]) -> None:
-        """Write one batch's output rows, then its progress records."""
-        producer = self.producer
-        queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
-        txlog = self.settings.topic("txlog")
-        top: dict[int, int] = {}
-        dead = 0
-        for row in rows:
-            kind, part = row["kind"], row["partition"]
-            key = None if row["key"] is None else bytes(row["key"])
-            value = None if row["value"] is None else bytes(row["value"])
-            if kind == ENTRY or kind == TOMBSTONE:
-                producer.produce_raw(queues, key, value, partition=part)
-            elif kind == MARK:
-                top[part] = max(top.get(part, -1), row["offset"])
-            elif kind == DEAD:
-                producer.produce_raw(deadletter, key, value, headers=[
-                    ("tidemark.reason", (row["reason"] or "").encode()[:1000]),
-                    ("tidemark.source", b"spark-queues"), ("tidemark.topic", txlog.encode()),
-                    ("tidemark.partition", str(part).encode()),
-                    ("tidemark.offset", str(row["offset"]).encode())])
-                dead += 1
-        producer.flush()  # every row of the batch is acknowledged before its progress
-        if dead:
-            self.dead += dead
-            log.warning("batch %d: %d poison record(s) sent to %s", batch_id, dead, deadletter)
-        now = int(time.time() * 1000)
-        for part, offset in sorted(top.items()):
-            producer.produce("queues", progress_key(part), "QueueProgress", {
-                "txlog_partition": part, "next_offset": offset + 1, "batch_id": batch_id,
-                "timestamp_ms": now}, partition=part)
-        producer.flush()
-        self.batches += 1
-
-
 def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
     """Start the streaming query (returns the ``StreamingQuery``)."""
     source = spark.readStream.format("kafka").options(**kafka_options(settings)) \
@@ -269,9 +235,29 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
         .trigger(processingTime=options.trigger).foreachBatch(BatchWriter(settings)).start()
 
 
+def check_topics(settings: Settings) -> int:
+    """txlog and queues must exist with the same partition count; returns it."""
+    from log.offsets import watermarks
+    counts = {}
+    for name in ("txlog", "queues", "deadletter"):
+        try:
+            counts[name] = len(watermarks(settings, name))
+        except (TidemarkError, KafkaException) as exc:
+            raise QueuesError(f"cannot use topic {settings.topic(name)} on {settings.bootstrap}:"
+                              f" {exc} (create the topics with `tidemark local up` or"
+                              f" `tidemark topics create`)") from None
+    if counts["txlog"] != counts["queues"]:
+        raise QueuesError(f"{settings.topic('txlog')} has {counts['txlog']} partitions but"
+                          f" {settings.topic('queues')} has {counts['queues']}: queue records"
+                          " go to the partition of the txlog record they come from")
+    return counts["txlog"]
+
+
 def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
     """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a query failure (raises)."""
+    check_topics(settings)
     started = time.monotonic()
+    logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
     spark = build_session(settings, options)
     stop = {"requested": False}
 
@@ -289,9 +275,12 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
               file=sys.stderr, flush=True)
         if ready is not None:
             ready(query)
+        last_batch = -1
         while not stop["requested"]:
             if query.awaitTermination(0.5):
                 break
+            if log.isEnabledFor(logging.DEBUG):
+                last_batch = _log_progress(query, last_batch)
         if stop["requested"]:
             _quietly(query.stop)  # the JVM shares our process group and may be exiting too
             return 0
@@ -313,6 +302,18 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _quietly(spark.stop)
+
+
+def _log_progress(query: Any, last_batch: int) -> int:
+    """Log each new batch's row count, durations and state-store figures (DEBUG level)."""
+    progress = query.lastProgress
+    if not progress or progress["batchId"] == last_batch:
+        return last_batch
+    state = progress.get("stateOperators") or [{}]
+    log.debug("batch %s: %s rows, durations %s, state rows %s, state commit %s ms",
+              progress["batchId"], progress["numInputRows"], progress["durationMs"],
+              state[0].get("numRowsTotal"), state[0].get("commitTimeMs"))
+    return int(progress["batchId"])
 
 
 def _quietly(action: Any) -> None:

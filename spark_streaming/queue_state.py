@@ -29,7 +29,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["SEND", "ACK", "PURGE", "DEFAULT_ACK_TTL_MS", "DEFAULT_DEDUP_WINDOW_MS", "Event", "Change", "PeerState",
+__all__ = ["SEND", "ACK", "PURGE", "DEFAULT_ACK_TTL_MS", "DEFAULT_DEDUP_WINDOW_MS", "Event",
+           "Change", "PeerState",
            "apply_events", "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
 
 SEND, ACK, PURGE = "Send", "Ack", "Purge"

@@ -96,7 +96,8 @@ class JobProcess:
 
 
 def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
-                    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS, timeout_s: float = 120.0) -> tuple[dict[str, set[str]], dict[int, int], int]:
+                    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS, timeout_s: float = 120.0,
+                    ) -> tuple[dict[str, set[str]], dict[int, int], int]:
     """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself."""
     marks = watermarks(settings, "txlog")
     todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}

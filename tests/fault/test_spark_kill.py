@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -18,7 +17,7 @@ import pytest
 
 from log.load import generate_load
 from log.local_cluster import LocalStack
-from log.settings import Settings, load_settings
+from log.settings import Settings
 from log.topics import ensure_topics
 from spark_streaming.depth import read_queues, wait_for_progress
 from spark_streaming.local import plan

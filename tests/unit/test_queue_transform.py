@@ -53,7 +53,8 @@ def test_rows_in_offset_order_per_peer_with_dead_letters_and_marks() -> None:
     assert (entry["txlog_partition"], entry["txlog_offset"], entry["delivery_count"]) == (3, 1, 2)
     assert set(out[out.kind == DEAD].offset) == {5, 6, 7, 8}
     assert all(out[out.kind == DEAD].reason.str.len() > 0)
-    assert list(out[out.kind == MARK].offset) == [8] and list(out[out.kind == MARK].partition) == [3]
+    marks = out[out.kind == MARK]
+    assert list(marks.offset) == [8] and list(marks.partition) == [3]
     assert set(store) == {"a", "b"}  # b remembers its early ack
     # the next batch acks a's entry: a tombstone; a's state keeps only recent acked ids
     out2 = process_rows(_frame([(b"a", _ack("a", "2"), 0)]), store.get,
@@ -88,3 +89,19 @@ def test_durations_checkpoint_partitions_and_plan(tmp_path) -> None:
     assert spec.kind == "spark" and spec.name == "spark"
     assert spec.argv[-6:-4] == ["--state-dir", str(tmp_path)]
     assert str(tmp_path) in spec.argv[spec.argv.index("--checkpoint") + 1]
+
+
+def test_kafka_client_settings_reach_spark_in_java_names() -> None:
+    from spark_streaming.job import kafka_options
+    s = Settings(bootstrap="b:9092", client={
+        "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "u", "sasl.password": "p", "ssl.ca.location": "/ca.pem"})
+    opts = kafka_options(s)
+    assert opts["kafka.bootstrap.servers"] == "b:9092"
+    assert opts["kafka.security.protocol"] == "SASL_SSL"
+    assert opts["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert opts["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.'
+                                              'ScramLoginModule required username="u"'
+                                              ' password="p";')
+    assert opts["kafka.ssl.truststore.location"] == "/ca.pem"
+    assert "kafka.sasl.username" not in opts and "kafka.sasl.password" not in opts

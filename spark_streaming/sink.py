@@ -1,0 +1,82 @@
+"""The job's ``foreachBatch`` sink: a batch's rows to queues and deadletter, then progress."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from log.producer import LogProducer
+from log.settings import Settings
+from spark_streaming.queue_state import progress_key
+from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE
+
+__all__ = ["BatchWriter"]
+
+log = logging.getLogger("spark_streaming.job")
+
+
+class BatchWriter:
+    """``foreachBatch`` sink: the batch's rows, flushed; then one QueueProgress per partition.
+
+    The batch's output is net changes (each queue key at most once), so it is collected to
+    the driver in one Spark job and written with the project's durable producer (settings
+    from :class:`~log.settings.Settings` only). ``flush`` raises if Kafka refused anything,
+    which fails the batch before its progress is written; the restarted batch rewrites the
+    same rows.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer: LogProducer | None = None
+        self.batches = 0
+        self.dead = 0
+
+    @property
+    def producer(self) -> LogProducer:
+        """The driver's producer (created on first use, in the driver process)."""
+        if self._producer is None:
+            self._producer = LogProducer(self.settings)
+        return self._producer
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        rows = df.collect()
+        t1 = time.perf_counter()
+        self.write(batch_id, [r.asDict() for r in rows])
+        log.debug("batch %d: %d rows, spark %.0f ms, kafka %.0f ms", batch_id, len(rows),
+                  (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3)
+
+    def write(self, batch_id: int, rows: list[dict[str, Any]]) -> None:
+        """Write one batch's output rows, then its progress records."""
+        producer = self.producer
+        queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
+        txlog = self.settings.topic("txlog")
+        top: dict[int, int] = {}
+        dead = 0
+        for row in rows:
+            kind, part = row["kind"], row["partition"]
+            key = None if row["key"] is None else bytes(row["key"])
+            value = None if row["value"] is None else bytes(row["value"])
+            if kind == ENTRY or kind == TOMBSTONE:
+                producer.produce_raw(queues, key, value, partition=part)
+            elif kind == MARK:
+                top[part] = max(top.get(part, -1), row["offset"])
+            elif kind == DEAD:
+                producer.produce_raw(deadletter, key, value, headers=[
+                    ("tidemark.reason", (row["reason"] or "").encode()[:1000]),
+                    ("tidemark.source", b"spark-queues"), ("tidemark.topic", txlog.encode()),
+                    ("tidemark.partition", str(part).encode()),
+                    ("tidemark.offset", str(row["offset"]).encode())])
+                dead += 1
+        producer.flush()  # every row of the batch is acknowledged before its progress
+        if dead:
+            self.dead += dead
+            log.warning("batch %d: %d poison record(s) sent to %s", batch_id, dead, deadletter)
+        now = int(time.time() * 1000)
+        for part, offset in sorted(top.items()):
+            producer.produce("queues", progress_key(part), "QueueProgress", {
+                "txlog_partition": part, "next_offset": offset + 1, "batch_id": batch_id,
+                "timestamp_ms": now}, partition=part)
+        producer.flush()
+        self.batches += 1
