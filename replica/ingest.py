@@ -14,19 +14,16 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from io import BytesIO
 from typing import Callable, Iterable
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from fastavro import parse_schema, schemaless_reader
-
-import schemas
-from log.codec import MARKER, default_codec
+from log.codec import default_codec
 from log.consumer import DeadLetterWriter, LogConsumer
-from log.exceptions import CodecError
+from log.exceptions import CodecError, LogError
 from log.producer import LogProducer
 from log.settings import Settings
+from replica.fastpath import ACK, PURGE, txlog_scanners
 from replica.store import Batch, Store, data_key, tp_name
 
 __all__ = ["Ingestor", "index_txlog"]
@@ -34,8 +31,9 @@ __all__ = ["Ingestor", "index_txlog"]
 log = logging.getLogger(__name__)
 _H = struct.Struct(">H")
 _Q = struct.Struct(">Q")
-_HQ = struct.Struct(">HQ")
 TOPICS = ("txlog", "queues")
+_FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
 
 
 def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
@@ -78,9 +76,7 @@ class Ingestor:
             "fetch.max.bytes": 8 << 20, "max.partition.fetch.bytes": 2 << 20,
             "fetch.wait.max.ms": 20})
         self._physical = {settings.topic(t): t for t in TOPICS}
-        self._fast = {MARKER + self.codec.fingerprint_of(name):
-                      (name, parse_schema(schemas.load_schema(name)))
-                      for name in ("Send", "Ack", "Purge")}
+        self._scanners = txlog_scanners(self.codec)
         self._deadletter: DeadLetterWriter | None = None
         self.partitions: list[int] = []
         self.high: dict[str, int] = {}
@@ -135,13 +131,12 @@ class Ingestor:
     def step(self, timeout: float = 0.2) -> int:
         """Consume and apply one batch; returns the number of records consumed."""
         started_ms = int(time.time() * 1000)
-        msgs = self.consumer.consume_batch(self.batch_size, timeout)
-        if msgs:
-            self._apply(msgs)
-        else:
+        msgs = self.consumer.raw.consume(self.batch_size, timeout)
+        applied = self._apply(msgs) if msgs else 0
+        if not msgs:
             self._idle()
         self._refresh_high(started_ms)
-        return len(msgs)
+        return applied
 
     def _start_after_jump(self, topic: str, k: int, expected: int, offset: int) -> int:
         """Where the applied run restarts when ``offset`` follows ``expected``: below the
@@ -155,54 +150,67 @@ class Ingestor:
                     k, lo, expected, expected, min(lo, offset))
         return min(lo, offset)
 
-    def _apply(self, msgs: list) -> None:
+    def _apply(self, msgs: list) -> int:
+        """Apply one consumed batch in one write batch. Records arrive in runs per
+        partition; the per-run state (interval-map run, key prefixes) changes only when the
+        partition changes or an offset jumps, and each txlog value is only scanned
+        (:mod:`replica.fastpath`), falling back to the full decode when the scan fails."""
         batch = self.store.batch(self.sync)
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}
-        physical, decode, put, pack = self._physical, self.codec.decode, batch.wb.put, _HQ.pack
-        fast, read, hpack, qpack = self._fast, schemaless_reader, _H.pack, _Q.pack
+        physical, put, qpack, scanners = self._physical, batch.wb.put, _Q.pack, self._scanners
+        decode, hpack = self.codec.decode, _H.pack
         poison: list[tuple[object, str]] = []
+        run: list[int] | None = None
+        cur_phys, cur_k, nxt, applied = "", -1, -1, 0
+        txlog, dprefix, aprefix, uprefix = False, b"", b"", b""
         for msg in msgs:
-            topic, k, off = physical[msg.topic()], msg.partition(), msg.offset()
-            key = (topic, k)
-            run = runs.get(key)
-            if run is not None and off == run[1]:
-                run[1] = off + 1
-            else:
-                expected = run[1] if run else (self.store.position(topic, k) or 0)
-                if off < expected:
-                    continue  # already applied (a re-delivery)
+            if msg.error() is not None:
+                self._consumer_error(msg.error())
+                continue
+            applied += 1
+            phys, k, off = msg.topic(), msg.partition(), msg.offset()
+            if off != nxt or k != cur_k or phys != cur_phys:
                 if run is not None:
+                    run[1] = nxt
+                topic = physical[phys]
+                key = (topic, k)
+                run = runs.get(key)
+                expected = run[1] if run is not None else (self.store.position(topic, k) or 0)
+                if off < expected:  # already applied (a re-delivery)
+                    run, cur_k, nxt = None, -1, -1
+                    continue
+                if run is not None and off != run[1]:
                     batch.advance(topic, k, run[0], run[1])
-                start = expected if off == expected else self._start_after_jump(
-                    topic, k, expected, off)
-                runs[key] = [start, off + 1]
+                    run = None
+                if run is None:
+                    start = expected if off == expected else self._start_after_jump(
+                        topic, k, expected, off)
+                    run = runs[key] = [start, off]
+                cur_phys, cur_k = phys, k
+                txlog = topic == "txlog"
+                hk = hpack(k)
+                dprefix, aprefix, uprefix = b"Dt" + hk, b"A" + hk, b"U" + hk
+            nxt = off + 1
             value = msg.value()
-            if topic == "txlog":
-                # Fast path for the current schemas; older writers and errors go the slow way.
-                kind = fast.get(value[:10]) if value is not None else None
-                if kind is not None:
-                    buf = BytesIO(value)
-                    buf.seek(10)
-                    try:
-                        rec = read(buf, kind[1], None)
-                    except Exception:  # the slow path below names the problem
-                        rec = None
-                    if rec is not None and buf.tell() == len(value):
-                        put(b"Dt" + pack(k, off), value)
-                        if kind[0] == "Ack":
-                            put(b"A" + hpack(k) + f"{rec['peer']}\0{rec['message_id']}".encode(),
-                                qpack(off))
-                        elif kind[0] == "Purge":
-                            put(b"U" + hpack(k) + rec["peer"].encode() + b"\0" + qpack(off), b"")
+            if txlog:
+                entry = scanners.get(value[:10]) if value is not None else None
+                if entry is not None:
+                    part = entry[1](value)
+                    if part is not None:
+                        put(dprefix + qpack(off), value)
+                        if entry[0] == ACK:
+                            put(aprefix + part, qpack(off))
+                        elif entry[0] == PURGE:
+                            put(uprefix + part + b"\0" + qpack(off), b"")
                         continue
                 reason = index_txlog(batch, k, off, value, decode)
-                if reason is not None:
-                    poison.append((msg, reason))
             else:
                 reason = self._apply_queue(batch, k, msg.key(), value)
-                if reason is not None:
-                    poison.append((msg, reason))
+            if reason is not None:
+                poison.append((msg, reason))
+        if run is not None:
+            run[1] = nxt
         for (topic, k), (a, b) in runs.items():
             batch.advance(topic, k, a, b)
         if poison:
@@ -213,7 +221,14 @@ class Ingestor:
             self.deadletter.producer.flush()
             self.poison += len(poison)
         batch.commit()
-        self.applied += len(msgs)
+        self.applied += applied
+        return applied
+
+    @staticmethod
+    def _consumer_error(err: KafkaError) -> None:
+        """Transient consumer errors are skipped (librdkafka retries); fatal ones raise."""
+        if err.code() in _FATAL_CODES or err.fatal():
+            raise LogError(f"consumer error: {err.str()}")
 
     def _apply_queue(self, batch: Batch, k: int, key: bytes | None,
                      value: bytes | None) -> str | None:

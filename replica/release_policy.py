@@ -1,8 +1,9 @@
 """GC with the release policy: below the GC point a record is dropped only when every rule
 allows it — acked (Ack applied below the GC point) or purged (a Purge of its peer between it
 and the GC point), older than ``min_age_ms``, and the size rule (keep at least
-``retain_bytes`` of records per partition) allows it. The interval map floor is raised in the
-same write batch.
+``retain_bytes`` of records per partition) allows it. Deletions are written in batches of
+:data:`CHUNK`; the interval map floor is raised with the last one (a crash in between leaves
+released records below a lower floor, which the next pass simply passes over).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from replica.store import Store, data_key
 __all__ = ["release"]
 
 _H = struct.Struct(">H")
+CHUNK = 10_000  # deletions per write batch; the floor is raised with the last one
 
 
 def release(store: Store, partition: int, point: int, policy: ReleasePolicy,
@@ -33,8 +35,11 @@ def release(store: Store, partition: int, point: int, policy: ReleasePolicy,
     decode = default_codec().decode
     old_enough = now_ms - policy.min_age_ms
     batch = store.batch()
-    released = 0
+    released = pending = 0
     for off, value in store.records(partition, 0, point):
+        if pending >= CHUNK:  # bounded batches: memory must not grow with the backlog
+            batch.commit()
+            batch, pending = store.batch(), 0
         try:
             dec = decode(value)
         except CodecError:
@@ -51,6 +56,7 @@ def release(store: Store, partition: int, point: int, policy: ReleasePolicy,
                 continue
         batch.delete(data_key(partition, off))
         released += 1
+        pending += 1
     batch.map("txlog", partition).compact_below(point)
     batch.commit()
     return released

@@ -16,6 +16,7 @@ Phases, on a fresh topic set (deleted afterwards) and a fresh checkpoint:
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -161,6 +162,18 @@ def _raw_read(settings: Settings, start: dict[int, int], end: dict[int, int]) ->
     return count / elapsed
 
 
+def _delete_topics(settings: Settings) -> None:
+    """Remove the bench's topic set (waits for the brokers to confirm)."""
+    futures = AdminClient(settings.admin_config()).delete_topics(
+        [settings.topic(t) for t in ("txlog", "queues", "directory", "config", "deadletter")],
+        operation_timeout=30)
+    for fut in futures.values():
+        try:
+            fut.result(60)
+        except Exception as exc:  # a topic already gone is fine; anything else is reported
+            _say(f"could not delete a bench topic: {exc}")
+
+
 def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 2000,
                  seconds: float = 20.0, trigger_ms: int = 500,
                  state_dir: str | None = None) -> dict[str, Any]:
@@ -206,10 +219,13 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         result["p99_target_s"] = P99_TARGET_S
         result["batch_duration"] = _batch_seconds(work / "checkpoint")
         result["load_average_end"] = round(os.getloadavg()[0], 1)
+    except BaseException:
+        _say(f"failed; the job's log and checkpoint are kept in {work}")
+        raise
     finally:
         job.stop()
-        AdminClient(bench.admin_config()).delete_topics(
-            [bench.topic(t) for t in ("txlog", "queues", "directory", "config", "deadletter")])
+        _delete_topics(bench)
+    shutil.rmtree(work, ignore_errors=True)
     return result
 
 

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+from log.exceptions import OversizedMessageError
 from log.producer import LogProducer
 from log.settings import Settings
 from spark_streaming.queue_state import progress_key
@@ -39,6 +40,21 @@ class BatchWriter:
             self._producer = LogProducer(self.settings)
         return self._producer
 
+    def _dead(self, key: bytes | None, value: bytes | None, reason: str, part: int,
+              offset: int) -> None:
+        """Copy a record to deadletter (without its bytes if they are too large)."""
+        headers = [("tidemark.reason", reason.encode()[:1000]),
+                   ("tidemark.source", b"spark-queues"),
+                   ("tidemark.topic", self.settings.topic("txlog").encode()),
+                   ("tidemark.partition", str(part).encode()),
+                   ("tidemark.offset", str(offset).encode())]
+        topic = self.producer.topic("deadletter")
+        try:
+            self.producer.produce_raw(topic, key, value, headers=headers)
+        except OversizedMessageError as exc:
+            headers[0] = ("tidemark.reason", f"{reason}; value dropped: {exc}".encode()[:1000])
+            self.producer.produce_raw(topic, key, None, headers=headers)
+
     def __call__(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
         rows = df.collect()
@@ -51,7 +67,6 @@ class BatchWriter:
         """Write one batch's output rows, then its progress records."""
         producer = self.producer
         queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
-        txlog = self.settings.topic("txlog")
         top: dict[int, int] = {}
         dead = 0
         for row in rows:
@@ -59,15 +74,15 @@ class BatchWriter:
             key = None if row["key"] is None else bytes(row["key"])
             value = None if row["value"] is None else bytes(row["value"])
             if kind == ENTRY or kind == TOMBSTONE:
-                producer.produce_raw(queues, key, value, partition=part)
+                try:
+                    producer.produce_raw(queues, key, value, partition=part)
+                except OversizedMessageError as exc:  # a Send near the size limit
+                    self._dead(key, None, f"queue entry not written: {exc}", part, row["offset"])
+                    dead += 1
             elif kind == MARK:
                 top[part] = max(top.get(part, -1), row["offset"])
             elif kind == DEAD:
-                producer.produce_raw(deadletter, key, value, headers=[
-                    ("tidemark.reason", (row["reason"] or "").encode()[:1000]),
-                    ("tidemark.source", b"spark-queues"), ("tidemark.topic", txlog.encode()),
-                    ("tidemark.partition", str(part).encode()),
-                    ("tidemark.offset", str(row["offset"]).encode())])
+                self._dead(key, value, row["reason"] or "", part, row["offset"])
                 dead += 1
         producer.flush()  # every row of the batch is acknowledged before its progress
         if dead:

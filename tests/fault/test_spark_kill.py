@@ -68,12 +68,12 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     def produce() -> None:
         try:
             while not stop.is_set():
-                result = generate_load(settings, peers=30, messages=2000, ack_ratio=0.5,
+                result = generate_load(settings, peers=30, messages=1500, ack_ratio=0.5,
                                        seed=totals["rounds"])
                 totals["sent"] += result.sent
                 totals["acked"] += result.acked
                 totals["rounds"] += 1
-                stop.wait(0.5)  # pacing: keep the stream flowing across the kill
+                stop.wait(1.0)  # pacing: keep the stream flowing across the kill
         except BaseException as exc:  # surfaced by the main thread
             errors.append(exc)
 

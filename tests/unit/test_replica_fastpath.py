@@ -1,0 +1,95 @@
+"""The ingest fast path (replica/fastpath.py) never accepts a value the full codec rejects,
+and for the values it accepts it extracts exactly what the codec decodes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from log.codec import default_codec
+from log.exceptions import CodecError
+from replica.fastpath import ACK, PURGE, SEND, txlog_scanners
+
+CODEC = default_codec()
+SCANNERS = txlog_scanners(CODEC)
+text = st.text(max_size=80)
+longs = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def sends() -> st.SearchStrategy[bytes]:
+    return st.builds(lambda m, s, r, e, t, p, ts, d: CODEC.encode("Send", {
+        "message_id": m, "sender": s, "recipient": r, "environment": e, "message_type": t,
+        "payload": p, "timestamp_ms": ts, "delivery_count": d}),
+        text, text, text, text, text, st.binary(max_size=300), longs,
+        st.integers(-(1 << 31), (1 << 31) - 1))
+
+
+def acks() -> st.SearchStrategy[bytes]:
+    return st.builds(lambda m, p, e, ts: CODEC.encode("Ack", {
+        "message_id": m, "peer": p, "environment": e, "timestamp_ms": ts}), text, text, text, longs)
+
+
+def purges() -> st.SearchStrategy[bytes]:
+    return st.builds(lambda p, e, ts: CODEC.encode("Purge", {
+        "peer": p, "environment": e, "timestamp_ms": ts}), text, text, longs)
+
+
+def expected(value: bytes) -> bytes | None:
+    """What the slow path indexes for ``value`` (None: it is a dead letter)."""
+    try:
+        dec = CODEC.decode(value)
+    except CodecError:
+        return None
+    if dec.name == "Ack":
+        return f"{dec.record['peer']}\0{dec.record['message_id']}".encode()
+    if dec.name == "Purge":
+        return dec.record["peer"].encode()
+    return b""
+
+
+def scan(value: bytes) -> bytes | None:
+    entry = SCANNERS.get(value[:10])
+    return None if entry is None else entry[1](value)
+
+
+def test_every_kind_has_a_scanner() -> None:
+    assert sorted(kind for kind, _ in SCANNERS.values()) == [SEND, ACK, PURGE]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(sends(), acks(), purges()))
+def test_valid_values_scan_like_the_codec(value: bytes) -> None:
+    got = scan(value)
+    assert got is None or got == expected(value)  # None only means "ask the codec"
+    if len(value) < 200 and value[10:].isascii():
+        assert got is not None  # the common case takes the fast path
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(sends(), acks(), purges()), st.data())
+def test_truncated_or_extended_values_are_never_accepted_wrongly(value: bytes,
+                                                                data: st.DataObject) -> None:
+    cut = data.draw(st.integers(10, len(value) - 1))
+    assert scan(value[:cut]) is None
+    assert scan(value + data.draw(st.binary(min_size=1, max_size=5))) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(sends(), acks(), purges()), st.data())
+def test_mutated_values_agree_with_the_codec(value: bytes, data: st.DataObject) -> None:
+    raw = bytearray(value)
+    for _ in range(data.draw(st.integers(1, 3))):
+        raw[data.draw(st.integers(10, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    got = scan(bytes(raw))
+    assert got is None or got == expected(bytes(raw))
+
+
+def test_poison_examples() -> None:
+    good = CODEC.encode("Send", {
+        "message_id": "m", "sender": "a", "recipient": "peer-x", "environment": "default",
+        "message_type": "t", "payload": b"x" * 50, "timestamp_ms": 1, "delivery_count": 0})
+    assert scan(good) == b""
+    assert scan(good[:30]) is None
+    assert scan(b"not avro at all") is None
+    bad_utf8 = good[:11] + b"\xff" + good[12:]  # message_id "m" -> invalid byte
+    assert scan(bad_utf8) is None and expected(bad_utf8) is None
