@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from log.exceptions import ConfigError
 
-__all__ = ["Settings", "load_settings", "default_state_dir", "TOPICS"]
+__all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "TOPICS"]
 
 #: Logical topic names; the physical name is ``topic_prefix + name``.
 TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
@@ -114,7 +114,8 @@ class Settings:
         return replace(self, **{k: v for k, v in values.items() if v is not None})
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; every failure is one :class:`ConfigError` line."""
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
@@ -147,7 +148,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     sources = ["defaults"]
     path = path or env.get("TIDEMARK_CONFIG")
     if path:
-        doc = _read_toml(Path(path))
+        doc = read_toml(Path(path))
         kafka = doc.get("kafka", {})
         if not isinstance(kafka, dict):
             raise ConfigError(f"{path}: [kafka] must be a table")

@@ -27,12 +27,11 @@ gc_interval_ms = 2000
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from log.settings import Settings, load_settings
+from log.settings import Settings, load_settings, read_toml
 from replica.exceptions import ClusterConfigError
 
 __all__ = ["NodeSpec", "PartitionSpec", "ReleasePolicy", "ClusterFile", "load_cluster_file",
@@ -101,14 +100,7 @@ def load_cluster_file(path: str | os.PathLike[str],
                       env: Mapping[str, str] | None = None) -> ClusterFile:
     """Parse and validate a cluster TOML; raises :class:`ClusterConfigError` (one line)."""
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ClusterConfigError(f"cluster config {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ClusterConfigError(f"cluster config {path} is not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ClusterConfigError(f"cannot read cluster config {path}: {exc.strerror}") from None
+    doc = read_toml(path)
     settings = load_settings(path=path, env=env)
     cluster = doc.get("cluster")
     if not isinstance(cluster, dict):
