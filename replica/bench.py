@@ -2,8 +2,9 @@
 
 Both sides run in a fresh child process over the same records in the same run: the raw
 baseline is a plain confluent_kafka consumer writing each record to plyvel (one write batch
-per consumed batch); the node side is the replica's Ingestor (decode, indexes, interval map
-and position in one write batch). Each child reports its rate and peak RSS (VmHWM).
+per consumed batch); the node side is the replica's Ingestor (checked scan of each value or
+a full decode, indexes, interval map and position in one write batch) over a store with the
+default memory options. Each child reports its rate and peak RSS (VmHWM).
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ metrics_port = 7102          # optional; 0 = any free port
 min_age_ms = 0               # messages younger than this are kept
 retain_bytes = 0             # size rule: keep at least this much data per partition
 gc_interval_ms = 2000
+
+[store]                      # LevelDB memory bounds (see replica.store.StoreOptions)
+cache_mb = 32
+write_buffer_mb = 16
+open_tables = 64
+table_file_mb = 2
 ```
 """
 
@@ -33,6 +39,7 @@ from typing import Any, Mapping
 
 from log.settings import Settings, load_settings, read_toml
 from replica.exceptions import ClusterConfigError
+from replica.store import StoreOptions
 
 __all__ = ["NodeSpec", "PartitionSpec", "ReleasePolicy", "ClusterFile", "load_cluster_file",
            "render_cluster_file"]
@@ -78,6 +85,7 @@ class ClusterFile:
     down_after_ms: int = 3000
     sync_writes: bool = False
     release: ReleasePolicy = field(default_factory=ReleasePolicy)
+    store: StoreOptions = field(default_factory=StoreOptions)
 
 
 def _int(table: Mapping[str, Any], key: str, default: int, where: str, minimum: int = 0) -> int:
@@ -149,6 +157,17 @@ def load_cluster_file(path: str | os.PathLike[str],
     release = ReleasePolicy(_int(release_doc, "min_age_ms", 0, f"{path}: release"),
                             _int(release_doc, "retain_bytes", 0, f"{path}: release"),
                             _int(release_doc, "gc_interval_ms", 2000, f"{path}: release", 10))
+    store_doc = doc.get("store", {})
+    if not isinstance(store_doc, dict):
+        raise ClusterConfigError(f"{path}: [store] must be a table")
+    unknown = set(store_doc) - {"cache_mb", "write_buffer_mb", "open_tables", "table_file_mb"}
+    if unknown:
+        raise ClusterConfigError(f"{path}: unknown key store.{sorted(unknown)[0]}")
+    where = f"{path}: store"
+    store = StoreOptions(_int(store_doc, "cache_mb", 32, where, 1),
+                         _int(store_doc, "write_buffer_mb", 16, where, 1),
+                         _int(store_doc, "open_tables", 64, where, 64),
+                         _int(store_doc, "table_file_mb", 2, where, 1))
     data_dir = Path(str(cluster.get("data_dir", "replicas")))
     if not data_dir.is_absolute():
         data_dir = path.resolve().parent / data_dir
@@ -157,7 +176,8 @@ def load_cluster_file(path: str | os.PathLike[str],
                        gossip_interval_ms=_int(cluster, "gossip_interval_ms", 500,
                                                f"{path}: cluster", 10),
                        down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
-                       sync_writes=bool(cluster.get("sync_writes", False)), release=release)
+                       sync_writes=bool(cluster.get("sync_writes", False)), release=release,
+                       store=store)
 
 
 def render_cluster_file(kafka: Mapping[str, Any], data_dir: str,

@@ -73,7 +73,8 @@ class Node:
     # ---- startup ---------------------------------------------------------------------------
     def start(self) -> None:
         """Open the store, read the config to its end, serve, assign partitions."""
-        self.store = Store(self.cf.data_dir / self.node_id, self.node_id)
+        self.store = Store(self.cf.data_dir / self.node_id, self.node_id,
+                           options=self.cf.store)
         self.config = ConfigLog(self.settings)
         try:
             epoch = self.config.read_to_end()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -23,7 +24,7 @@ import plyvel
 from replica.exceptions import StoreError
 from replica.interval_map import IntervalMap, record_hash
 
-__all__ = ["Store", "Batch", "TOPIC_CODES", "tp_name"]
+__all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name"]
 
 TOPIC_CODES = {"txlog": b"t", "queues": b"q"}
 _CODE_TOPICS = {v: k for k, v in TOPIC_CODES.items()}
@@ -45,6 +46,28 @@ def _tp(topic: str, partition: int) -> bytes:
 def data_key(partition: int, offset: int) -> bytes:
     """Key of txlog record ``offset`` of ``partition``."""
     return b"Dt" + _HQ.pack(partition, offset)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """LevelDB memory knobs; together they bound the store's share of the node's RSS,
+    whatever the size of the store: block cache + two write buffers (the memtable being
+    filled and the one being flushed) + the open-table cache. LevelDB maps table files
+    (mmap) and the pages a read touched count in RSS until the table leaves the table
+    cache, so ``open_tables * table_file_mb`` bounds that part; LevelDB's default of 1000
+    open files would let a full scan (GC) map the whole store."""
+
+    cache_mb: int = 32        # block cache (LRU)
+    write_buffer_mb: int = 16  # memtable size
+    open_tables: int = 64     # table cache entries (LevelDB max_open_files - 10)
+    table_file_mb: int = 2    # target size of one table file (LevelDB max_file_size)
+
+    def leveldb(self) -> dict[str, int]:
+        """plyvel.DB keyword arguments."""
+        return {"lru_cache_size": self.cache_mb << 20,
+                "write_buffer_size": self.write_buffer_mb << 20,
+                "max_open_files": self.open_tables + 10,
+                "max_file_size": self.table_file_mb << 20}
 
 
 class Batch:
@@ -95,14 +118,16 @@ class Batch:
 class Store:
     """A node's LevelDB folder."""
 
-    def __init__(self, path: str | Path, node_id: str, create: bool = True) -> None:
+    def __init__(self, path: str | Path, node_id: str, create: bool = True,
+                 options: StoreOptions | None = None) -> None:
         self.path = Path(path)
         self.node_id = node_id
+        self.options = options or StoreOptions()
         try:
             if create:
                 self.path.mkdir(parents=True, exist_ok=True)
             self.db = plyvel.DB(str(self.path), create_if_missing=create, paranoid_checks=True,
-                                lru_cache_size=32 << 20, write_buffer_size=16 << 20)
+                                **self.options.leveldb())
         except plyvel.CorruptionError as exc:
             raise StoreError(f"LevelDB store {self.path} is corrupt ({_short(exc)}); move it "
                              f"away and restart the node to rebuild it from Kafka and peers"

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from log.load import generate_load
 from log.offsets import end_offsets
@@ -36,7 +35,7 @@ from log.settings import Settings
 from log.topics import ensure_topics
 from spark_streaming.depth import wait_for_progress
 from spark_streaming.queue_state import is_progress_key, split_queue_key
-from spark_streaming.runner import JobProcess
+from spark_streaming.runner import JobProcess, delete_topic_set
 
 __all__ = ["bench_queues", "print_report"]
 
@@ -162,18 +161,6 @@ def _raw_read(settings: Settings, start: dict[int, int], end: dict[int, int]) ->
     return count / elapsed
 
 
-def _delete_topics(settings: Settings) -> None:
-    """Remove the bench's topic set (waits for the brokers to confirm)."""
-    futures = AdminClient(settings.admin_config()).delete_topics(
-        [settings.topic(t) for t in ("txlog", "queues", "directory", "config", "deadletter")],
-        operation_timeout=30)
-    for fut in futures.values():
-        try:
-            fut.result(60)
-        except Exception as exc:  # a topic already gone is fine; anything else is reported
-            _say(f"could not delete a bench topic: {exc}")
-
-
 def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 2000,
                  seconds: float = 20.0, trigger_ms: int = 500,
                  state_dir: str | None = None) -> dict[str, Any]:
@@ -224,7 +211,7 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         raise
     finally:
         job.stop()
-        _delete_topics(bench)
+        delete_topic_set(bench, report=_say)
     shutil.rmtree(work, ignore_errors=True)
     return result
 

@@ -21,7 +21,7 @@ from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
 from spark_streaming.queue_state import is_progress_key, split_queue_key
 
-__all__ = ["QueuesView", "read_queues", "wait_for_progress", "depth_report"]
+__all__ = ["QueuesView", "read_queues", "ProgressTracker", "wait_for_progress", "depth_report"]
 
 
 @dataclass
@@ -90,21 +90,56 @@ def read_queues(settings: Settings, partitions: list[int] | None = None,
     return view
 
 
+class ProgressTracker:
+    """Follows ``queues`` from its start and keeps the highest progress per txlog partition.
+
+    Incremental: each :meth:`poll` reads only what was appended since the last one, and
+    decodes only progress records, so waiting on progress stays cheap as queues grows.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.progress: dict[int, int] = {}
+        self._codec = default_codec()
+        self._consumer = LogConsumer(settings)
+        parts = watermarks(settings, "queues")
+        self._consumer.assign({("queues", p): lo for p, (lo, _) in parts.items()})
+
+    def poll(self, timeout_s: float = 0.2) -> dict[int, int]:
+        """Read what is new; returns ``{txlog partition: next_offset}``."""
+        for msg in self._consumer.consume_batch(50000, timeout_s):
+            key = msg.key()
+            if key and key.startswith(b"__progress__.") and msg.value() is not None:
+                try:
+                    rec = self._codec.decode(msg.value()).record
+                except CodecError:
+                    continue
+                part = rec["txlog_partition"]
+                self.progress[part] = max(self.progress.get(part, 0), rec["next_offset"])
+        return self.progress
+
+    def close(self) -> None:
+        """Release the consumer."""
+        self._consumer.close()
+
+
 def wait_for_progress(settings: Settings, timeout_s: float,
                       ends: dict[int, int] | None = None) -> dict[int, int]:
     """Wait until queues progress covers ``ends`` (default: txlog's end offsets now)."""
     ends = {p: e for p, e in (ends or end_offsets(settings, "txlog")).items() if e > 0}
     deadline = time.monotonic() + timeout_s
-    while True:
-        progress = read_queues(settings, sorted(ends)).progress if ends else {}
-        if all(progress.get(p, 0) >= e for p, e in ends.items()):
-            return progress
-        if time.monotonic() > deadline:
-            behind = {p: (progress.get(p, 0), e) for p, e in ends.items()
-                      if progress.get(p, 0) < e}
-            raise QueuesError(f"queues progress did not reach txlog's end within {timeout_s}s"
-                              f" (partition: (progress, end) = {behind})")
-        time.sleep(0.5)
+    tracker = ProgressTracker(settings)
+    try:
+        while True:
+            progress = tracker.poll()
+            if all(progress.get(p, 0) >= e for p, e in ends.items()):
+                return dict(progress)
+            if time.monotonic() > deadline:
+                behind = {p: (progress.get(p, 0), e) for p, e in ends.items()
+                          if progress.get(p, 0) < e}
+                raise QueuesError(f"queues progress did not reach txlog's end within"
+                                  f" {timeout_s}s (partition: (progress, end) = {behind})")
+    finally:
+        tracker.close()
 
 
 def depth_report(settings: Settings, peer: str | None = None) -> dict:

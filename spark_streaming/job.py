@@ -254,7 +254,10 @@ def check_topics(settings: Settings) -> int:
 
 
 def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
-    """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a query failure (raises)."""
+    """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a query failure (raises).
+
+    ``ready``, if given, is called with the ``StreamingQuery`` once it runs (for embedding).
+    """
     check_topics(settings)
     started = time.monotonic()
     logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))

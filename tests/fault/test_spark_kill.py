@@ -17,11 +17,10 @@ import pytest
 
 from log.load import generate_load
 from log.local_cluster import LocalStack
-from log.settings import Settings
 from log.topics import ensure_topics
-from spark_streaming.depth import read_queues, wait_for_progress
+from spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
 from spark_streaming.local import plan
-from spark_streaming.runner import expected_queues
+from spark_streaming.runner import delete_topic_set, expected_queues
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(420)]
@@ -40,10 +39,9 @@ def stack(tmp_path: Path, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> It
         yield s
     finally:
         s.down(grace_s=20)
+        delete_topic_set(s.settings())
 
 
-def _progress(settings: Settings) -> dict[int, int]:
-    return read_queues(settings).progress
 
 
 def _batch_in_flight(checkpoint: Path) -> bool:
@@ -79,7 +77,9 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
 
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
-    wait_for(lambda: sum(_progress(settings).values()) > 0, timeout=120,
+    tracker = ProgressTracker(settings)
+    _progress = tracker.poll
+    wait_for(lambda: sum(_progress().values()) > 0, timeout=120,
              what="the job's first progress records")
     checkpoint = Path(spec.argv[spec.argv.index("--checkpoint") + 1])
     wait_for(lambda: _batch_in_flight(checkpoint), timeout=60, interval=0.05,
@@ -88,14 +88,15 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     stack.kill("spark")  # in the middle of a batch: its rows may be partly written
     wait_for(lambda: stack.status()["spark"]["up"] is False, timeout=20,
              what="`local status` to report the killed job down")
-    killed_at = dict(_progress(settings))
+    killed_at = read_queues(settings).progress  # everything written before the kill
     stack.ensure(plan(stack)[0])  # `local up` does the same for a recorded dead process
     assert stack.status()["spark"]["up"] is True
-    wait_for(lambda: any(o > killed_at.get(p, 0) for p, o in _progress(settings).items()),
+    wait_for(lambda: any(o > killed_at.get(p, 0) for p, o in _progress().items()),
              timeout=180, what="progress past the kill point after the restart")
     stop.set()
     producer.join(60)
     assert not producer.is_alive() and not errors, errors
+    tracker.close()
     wait_for_progress(settings, 240)
     expected, ends, bad = expected_queues(settings)
     view = read_queues(settings)

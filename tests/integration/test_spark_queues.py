@@ -23,17 +23,18 @@ from log.producer import LogProducer
 from log.settings import Settings, load_settings
 from log.topics import ensure_topics
 from spark_streaming.depth import read_queues, wait_for_progress
-from spark_streaming.runner import JobProcess, expected_queues
+from spark_streaming.runner import JobProcess, delete_topic_set, expected_queues
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
 
 @pytest.fixture(scope="module")
-def settings(bootstrap: str) -> Settings:
+def settings(bootstrap: str) -> Iterator[Settings]:
     s = load_settings(env={}, bootstrap=bootstrap, topic_prefix=f"q{uuid.uuid4().hex[:8]}.",
                       partitions=4)
     ensure_topics(s)
-    return s
+    yield s
+    delete_topic_set(s)
 
 
 @pytest.fixture(scope="module")
