@@ -25,7 +25,10 @@ def watermarks(settings: Settings, logical_topic: str, partitions: Iterable[int]
     consumer = Consumer(settings.consumer_config())
     try:
         if partitions is None:
-            md = consumer.list_topics(topic, timeout=timeout)
+            try:
+                md = consumer.list_topics(topic, timeout=timeout)
+            except KafkaException as exc:
+                raise LogError(f"cannot reach Kafka for {topic}: {exc.args[0].str()}") from None
             if topic not in md.topics or md.topics[topic].error is not None:
                 raise LogError(f"topic {topic} does not exist")
             partitions = sorted(md.topics[topic].partitions)

@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from log.exceptions import ConfigError
 
-__all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "TOPICS"]
+__all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_client_settings",
+           "TOPICS"]
 
 #: Logical topic names; the physical name is ``topic_prefix + name``.
 TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
@@ -35,6 +36,34 @@ _ENV_KEYS = {
 }
 _CLIENT_ENV_PREFIX = "TIDEMARK_KAFKA_"
 _RDKAFKA_LOGGER = logging.getLogger("tidemark.librdkafka")
+
+
+_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
+    """The ``[kafka.client]`` settings (librdkafka names) as the Java client spells them.
+
+    Shared names (``security.protocol``, ``sasl.mechanism``, ``ssl.endpoint...``) pass
+    through. librdkafka-only ones are translated: ``sasl.username``/``sasl.password`` become
+    ``sasl.jaas.config`` for PLAIN and SCRAM (unless one is given), ``sasl.mechanisms``
+    becomes ``sasl.mechanism``, and ``ssl.ca.location`` a PEM truststore.
+    """
+    out = {k: str(v) for k, v in client.items()}
+    if "sasl.mechanisms" in out:
+        out.setdefault("sasl.mechanism", out.pop("sasl.mechanisms"))
+    user, password = out.pop("sasl.username", None), out.pop("sasl.password", None)
+    module = _LOGIN_MODULES.get(out.get("sasl.mechanism", "").upper())
+    if user is not None and password is not None and module and "sasl.jaas.config" not in out:
+        out["sasl.jaas.config"] = (f'{module} required username="{user}"'
+                                   f' password="{password}";')
+    ca = out.pop("ssl.ca.location", None)
+    if ca and "ssl.truststore.location" not in out:
+        out["ssl.truststore.location"] = ca
+        out.setdefault("ssl.truststore.type", "PEM")
+    return out
 
 
 def default_state_dir() -> Path:
@@ -104,6 +133,12 @@ class Settings:
         })
         conf.update(extra)
         return conf
+
+    def java_client_config(self) -> dict[str, str]:
+        """Bootstrap plus the passthrough settings spelled for the Java client (Spark)."""
+        if not self.bootstrap:
+            self._base()  # raises the readable ConfigError
+        return {**java_client_settings(self.client), "bootstrap.servers": self.bootstrap}
 
     def admin_config(self) -> dict[str, Any]:
         """Admin client settings."""

@@ -38,7 +38,7 @@ from spark_streaming.sink import BatchWriter
 from spark_streaming.transform import OUTPUT_SCHEMA, PEER_KEY_SCHEMA, STATE_SCHEMA, process_rows
 
 __all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
-           "java_client_settings", "kafka_options", "check_topics", "start_query", "run_job"]
+           "kafka_options", "check_topics", "start_query", "run_job"]
 
 log = logging.getLogger(__name__)
 
@@ -145,42 +145,11 @@ def build_session(settings: Settings, options: JobOptions) -> Any:
     return spark
 
 
-_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
-
-
-def java_client_settings(client: dict[str, str]) -> dict[str, str]:
-    """The ``[kafka.client]`` settings (librdkafka names) as the Java client spells them.
-
-    Shared names (``security.protocol``, ``sasl.mechanism``, ``ssl.endpoint...``) pass
-    through. librdkafka-only ones are translated: ``sasl.username``/``sasl.password`` become
-    ``sasl.jaas.config`` for PLAIN and SCRAM (unless one is given), ``sasl.mechanisms``
-    becomes ``sasl.mechanism``, and ``ssl.ca.location`` a PEM truststore.
-    """
-    out = dict(client)
-    if "sasl.mechanisms" in out:
-        out.setdefault("sasl.mechanism", out.pop("sasl.mechanisms"))
-    user, password = out.pop("sasl.username", None), out.pop("sasl.password", None)
-    module = _LOGIN_MODULES.get(out.get("sasl.mechanism", "").upper())
-    if user is not None and password is not None and module and "sasl.jaas.config" not in out:
-        out["sasl.jaas.config"] = (f'{module} required username="{user}"'
-                                   f' password="{password}";')
-    ca = out.pop("ssl.ca.location", None)
-    if ca and "ssl.truststore.location" not in out:
-        out["ssl.truststore.location"] = ca
-        out.setdefault("ssl.truststore.type", "PEM")
-    return out
-
-
 def kafka_options(settings: Settings) -> dict[str, str]:
     """``kafka.*`` options for Spark's Kafka source: bootstrap + the client settings."""
     if not settings.bootstrap:
         settings.producer_config()  # raises the readable ConfigError
-    client = java_client_settings({k: str(v) for k, v in settings.client.items()})
-    opts = {f"kafka.{k}": v for k, v in client.items()}
-    opts["kafka.bootstrap.servers"] = settings.bootstrap
-    return opts
+    return {f"kafka.{k}": v for k, v in settings.java_client_config().items()}
 
 
 def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
