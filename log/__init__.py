@@ -1,7 +1,7 @@
 """Kafka access for Tidemark: settings, topics, codec, producer/consumer, local cluster."""
 
 from log.codec import MARKER, Codec, Decoded, default_codec, schema_fingerprint
-from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter
+from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
 from log.exceptions import (BadMarkerError, ClusterLaunchError, CodecError, ConfigError,
                             DeliveryError, JvmSetupError, LogError, OversizedMessageError,
                             TidemarkError, TruncatedRecordError, UnderReplicatedError,
@@ -14,7 +14,7 @@ from log.topics import check_replication, describe_topics, ensure_topics, topic_
 
 __all__ = [
     "MARKER", "Codec", "Decoded", "default_codec", "schema_fingerprint",
-    "DeadLetterWriter", "LogConsumer", "decode_or_deadletter", "LogProducer",
+    "DeadLetterWriter", "LogConsumer", "decode_or_deadletter", "read_to_end", "LogProducer",
     "delete_records", "end_offsets", "log_start_offsets", "watermarks",
     "murmur2", "partition_for", "partition_for_peer",
     "TOPICS", "Settings", "default_state_dir", "load_settings",

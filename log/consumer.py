@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+import time
+from typing import Any, Iterable, Iterator, Mapping
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from log.codec import Codec, Decoded, default_codec
 from log.exceptions import CodecError, LogError
+from log.offsets import watermarks
 from log.producer import LogProducer
 from log.settings import Settings
 
-__all__ = ["LogConsumer", "DeadLetterWriter", "decode_or_deadletter"]
+__all__ = ["LogConsumer", "DeadLetterWriter", "decode_or_deadletter", "read_to_end"]
 
 _FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
                 KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
@@ -96,3 +98,39 @@ def decode_or_deadletter(consumer: LogConsumer, msgs: list[Message],
             yield msg, decode(msg.value())
         except CodecError as exc:
             deadletter.send(msg, str(exc))
+
+
+def read_to_end(settings: Settings, logical_topic: str, partitions: Iterable[int] | None = None,
+                timeout_s: float = 120.0, batch: int = 20000,
+                marks: Mapping[int, tuple[int, int]] | None = None) -> Iterator[list[Message]]:
+    """Yield batches from the log start to the high watermark each partition had at the call
+    (or to the given ``marks``: ``{partition: (start, end)}``).
+
+    Works on compacted topics too: offsets there have holes, so a partition also counts as
+    done once the consumer's position has passed its end. Raises :class:`LogError` when the
+    end is not reached within ``timeout_s``.
+    """
+    if marks is None:
+        marks = watermarks(settings, logical_topic, partitions)
+    todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}
+    if not todo:
+        return
+    topic = settings.topic(logical_topic)
+    with LogConsumer(settings) as consumer:
+        consumer.raw.assign([TopicPartition(topic, p, marks[p][0]) for p in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo:
+            if time.monotonic() > deadline:
+                raise LogError(f"could not read {topic} to its end within {timeout_s}s"
+                               f" (partitions left: {sorted(todo)})")
+            msgs = consumer.consume_batch(batch, 0.5)
+            if msgs:
+                yield msgs
+            for msg in msgs:
+                part = msg.partition()
+                if part in todo and msg.offset() + 1 >= todo[part]:
+                    del todo[part]
+            if todo and not msgs:
+                for tp in consumer.raw.position([TopicPartition(topic, p) for p in todo]):
+                    if tp.offset >= 0 and tp.offset >= todo[tp.partition]:
+                        del todo[tp.partition]

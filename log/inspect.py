@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from log.consumer import LogConsumer
+from log.codec import default_codec
+from log.consumer import read_to_end
 from log.exceptions import CodecError, TidemarkError
-from log.offsets import end_offsets
+from log.offsets import watermarks
 from log.settings import Settings, load_settings
 
 __all__ = ["count_txlog"]
@@ -15,23 +16,16 @@ __all__ = ["count_txlog"]
 
 def count_txlog(settings: Settings) -> tuple[Counter, dict[int, int]]:
     """Records per type in txlog (``bad`` for undecodable ones), and the end offsets."""
-    ends = end_offsets(settings, "txlog")
-    consumer = LogConsumer(settings)
-    consumer.assign({("txlog", p): 0 for p in ends})
+    marks = watermarks(settings, "txlog")
     counts: Counter = Counter()
-    remaining = {p: o for p, o in ends.items() if o > 0}
-    idle = 0
-    while remaining and idle < 40:
-        batch = consumer.consume_batch(10000, 0.25)
-        idle = 0 if batch else idle + 1
-        for msg in batch:
+    decode = default_codec().decode
+    for msgs in read_to_end(settings, "txlog", marks=marks):
+        for msg in msgs:
             try:
-                counts[consumer.decode(msg).name] += 1
+                counts[decode(msg.value()).name] += 1
             except CodecError:
                 counts["bad"] += 1
-            if msg.offset() + 1 >= remaining.get(msg.partition(), 0):
-                remaining.pop(msg.partition(), None)
-    consumer.close()
+    ends = {p: hi for p, (_, hi) in marks.items()}
     return counts, ends
 
 

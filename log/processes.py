@@ -68,15 +68,19 @@ def _reap(pid: int) -> None:
         pass
 
 
-def kill9(pid: int) -> None:
-    """SIGKILL the process group of ``pid`` (our processes lead their own group)."""
+def kill9(pid: int, wait_s: float = 15.0) -> None:
+    """SIGKILL the process group of ``pid`` (our processes lead their own group), and wait
+    until it is gone: a restart must not race the dying process for its files and locks."""
     for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:
             target()
             break
         except (ProcessLookupError, PermissionError):
             continue
-    _reap(pid)
+    deadline = time.monotonic() + wait_s
+    while is_alive(pid) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.02)
 
 
 def terminate(pids: Sequence[int], marker: str | None, grace_s: float = 20.0) -> None:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import TopicPartition
 
 from log.codec import default_codec
-from log.consumer import LogConsumer
-from log.exceptions import CodecError
+from log.consumer import LogConsumer, read_to_end
+from log.exceptions import CodecError, LogError
 from log.offsets import end_offsets, watermarks
 from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
@@ -45,41 +44,25 @@ class QueuesView:
 def read_queues(settings: Settings, partitions: list[int] | None = None,
                 timeout_s: float = 120.0) -> QueuesView:
     """Read ``queues`` (all partitions, or the given ones) from start to current end."""
-    marks = watermarks(settings, "queues", partitions)
-    todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}
     view = QueuesView()
-    if not todo:
-        return view
     present: dict[str, bool] = {}
     codec = default_codec()
-    with LogConsumer(settings) as consumer:
-        consumer.raw.assign([TopicPartition(settings.topic("queues"), p, lo)
-                             for p, (lo, hi) in marks.items() if p in todo])
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            if time.monotonic() > deadline:
-                raise QueuesError(f"could not read queues to its end within {timeout_s}s")
-            for msg in consumer.consume_batch(20000, 0.5):
-                part, off = msg.partition(), msg.offset()
+    try:
+        for msgs in read_to_end(settings, "queues", partitions, timeout_s):
+            for msg in msgs:
                 view.records += 1
                 key = (msg.key() or b"").decode("utf-8", "replace")
-                if is_progress_key(key):
-                    if msg.value() is not None:
-                        try:
-                            rec = codec.decode(msg.value()).record
-                            view.progress[rec["txlog_partition"]] = max(
-                                view.progress.get(rec["txlog_partition"], 0), rec["next_offset"])
-                        except CodecError:
-                            pass
-                else:
+                if not is_progress_key(key):
                     present[key] = msg.value() is not None
-                if part in todo and off + 1 >= todo[part]:
-                    del todo[part]
-            if todo:  # compaction leaves holes: the position may pass the last record read
-                topic = settings.topic("queues")
-                for tp in consumer.raw.position([TopicPartition(topic, p) for p in todo]):
-                    if tp.offset >= 0 and tp.offset >= todo[tp.partition]:
-                        del todo[tp.partition]
+                elif msg.value() is not None:
+                    try:
+                        rec = codec.decode(msg.value()).record
+                    except CodecError:
+                        continue
+                    part = rec["txlog_partition"]
+                    view.progress[part] = max(view.progress.get(part, 0), rec["next_offset"])
+    except LogError as exc:
+        raise QueuesError(str(exc)) from None
     for key, here in present.items():
         if here:
             try:

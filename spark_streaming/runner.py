@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from log.codec import default_codec
-from log.consumer import LogConsumer
-from log.exceptions import CodecError
+from log.consumer import read_to_end
+from log.exceptions import CodecError, LogError
 from log.offsets import watermarks
 from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
@@ -115,47 +114,41 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                     ) -> tuple[dict[str, set[str]], dict[int, int], int]:
     """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself."""
     marks = watermarks(settings, "txlog")
-    todo = {p: hi for p, (lo, hi) in marks.items() if hi > lo}
     queued: dict[str, dict[str, None]] = {}
     dropped: dict[str, dict[str, int]] = {}
     clock: dict[str, int] = {}
     bad = 0
     codec = default_codec()
-    with LogConsumer(settings) as consumer:
-        consumer.raw.assign([TopicPartition(settings.topic("txlog"), p, lo)
-                             for p, (lo, hi) in marks.items() if p in todo])
-        deadline = time.monotonic() + timeout_s
-        while todo:
-            if time.monotonic() > deadline:
-                raise QueuesError("could not read txlog to its end")
-            for msg in consumer.consume_batch(20000, 0.5):
-                if msg.partition() in todo and msg.offset() + 1 >= todo[msg.partition()]:
-                    del todo[msg.partition()]
-                try:
-                    peer = (msg.key() or b"").decode()
-                    decoded = codec.decode(msg.value())
-                except (CodecError, UnicodeDecodeError):
-                    bad += 1
-                    continue
-                rec = decoded.record
-                owner = rec.get("recipient", rec.get("peer"))
-                if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge"):
-                    bad += 1
-                    continue
-                now = clock[peer] = max(clock.get(peer, 0), rec["timestamp_ms"])
-                q, gone = queued.setdefault(peer, {}), dropped.setdefault(peer, {})
-                if decoded.name == "Send":
-                    mid = rec["message_id"]
-                    if mid not in q and gone.get(mid, now) <= now:
-                        q[mid] = None
-                elif decoded.name == "Ack":  # remembered until: the longest of all reasons
-                    mid = rec["message_id"]
-                    keep = dedup_window_ms if mid in q else ack_ttl_ms
-                    q.pop(mid, None)
-                    gone[mid] = max(gone.get(mid, 0), now + keep)
-                else:
-                    for mid in q:
-                        gone[mid] = max(gone.get(mid, 0), now + dedup_window_ms)
-                    q.clear()
+    try:
+        batches = read_to_end(settings, "txlog", timeout_s=timeout_s, marks=marks)
+        for msg in (m for msgs in batches for m in msgs):
+            try:
+                peer = (msg.key() or b"").decode()
+                decoded = codec.decode(msg.value())
+            except (CodecError, UnicodeDecodeError):
+                bad += 1
+                continue
+            rec = decoded.record
+            owner = rec.get("recipient", rec.get("peer"))
+            if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge"):
+                bad += 1
+                continue
+            now = clock[peer] = max(clock.get(peer, 0), rec["timestamp_ms"])
+            q, gone = queued.setdefault(peer, {}), dropped.setdefault(peer, {})
+            if decoded.name == "Send":
+                mid = rec["message_id"]
+                if mid not in q and gone.get(mid, now) <= now:
+                    q[mid] = None
+            elif decoded.name == "Ack":  # remembered until: the longest of all reasons
+                mid = rec["message_id"]
+                keep = dedup_window_ms if mid in q else ack_ttl_ms
+                q.pop(mid, None)
+                gone[mid] = max(gone.get(mid, 0), now + keep)
+            else:
+                for mid in q:
+                    gone[mid] = max(gone.get(mid, 0), now + dedup_window_ms)
+                q.clear()
+    except LogError as exc:
+        raise QueuesError(str(exc)) from None
     ends = {p: hi for p, (_, hi) in marks.items()}
     return {p: set(q) for p, q in queued.items() if q}, ends, bad

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from log.consumer import LogConsumer
+from log.codec import default_codec
+from log.consumer import read_to_end
 from log.exceptions import DeliveryError, UnderReplicatedError
 from log.local_cluster import LocalStack
-from log.offsets import end_offsets
 from log.producer import LogProducer
 from log.topics import check_replication
 from tests.support import wait_for
@@ -38,16 +38,9 @@ def _produce(producer: LogProducer, ids: range, acked: set[str], lock: threading
 
 
 def _read_ids(stack: LocalStack) -> list[str]:
-    settings = stack.settings()
-    want = sum(end_offsets(settings, "txlog").values())
-    consumer = LogConsumer(settings)
-    consumer.assign({("txlog", p): 0 for p in range(settings.partitions)})
-    ids: list[str] = []
-    wait_for(lambda: ids.extend(consumer.decode(m).record["message_id"]
-                                for m in consumer.consume_batch(5000, 0.2)) or len(ids) >= want,
-             timeout=90, what="reading back txlog")
-    consumer.close()
-    return ids
+    decode = default_codec().decode
+    return [decode(m.value()).record["message_id"]
+            for msgs in read_to_end(stack.settings(), "txlog", timeout_s=90) for m in msgs]
 
 
 def test_sigkill_a_broker_loses_nothing_acked(private_stack: LocalStack) -> None:

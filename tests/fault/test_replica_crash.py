@@ -62,14 +62,22 @@ def test_kill9_during_ingest_loses_and_duplicates_nothing(bootstrap: str, tmp_pa
         assert kills >= 3
         target = ends(stack)
 
+        last: list = []
+
         def caught_up() -> bool:
             doc = status(stack, "p0r0")
+            last[:] = [doc]
             if not doc:
                 return False
             parts = doc["nodes"][0]["partitions"]
             return all(parts[tp]["base"][1] == o and not parts[tp]["detached"]
                        for tp, o in target.items())
-        wait_for(caught_up, 90, what="p0r0 at the log ends")
+        try:
+            wait_for(caught_up, 90, what="p0r0 at the log ends")
+        except AssertionError:
+            doc = last[0] if last else None
+            parts = doc["nodes"][0]["partitions"] if doc else None
+            raise AssertionError(f"p0r0 not at the log ends {target}: {parts}") from None
         stack.down(grace_s=10)
 
     store = Store(tmp_path / "stack" / "replicas" / "p0r0", "p0r0", create=False)

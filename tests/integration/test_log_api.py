@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from log.codec import default_codec
-from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter
+from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
 from log.exceptions import OversizedMessageError
 from log.offsets import end_offsets
 from log.partitioner import partition_for_peer
@@ -18,15 +18,8 @@ pytestmark = pytest.mark.integration
 
 
 def _read_all(settings: Settings, topic: str, partitions: int) -> list:
-    ends = end_offsets(settings, topic, range(partitions))
-    consumer = LogConsumer(settings)
-    consumer.assign({(topic, p): 0 for p in range(partitions)})
-    got: list = []
-    want = sum(ends.values())
-    wait_for(lambda: got.extend(consumer.consume_batch(5000, 0.2)) or len(got) >= want,
-             timeout=60, what=f"{want} records from {topic}")
-    consumer.close()
-    return got
+    return [m for msgs in read_to_end(settings, topic, range(partitions), timeout_s=60)
+            for m in msgs]
 
 
 def test_topics_are_durable(fresh_settings: Settings) -> None:
