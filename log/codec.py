@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 import schemas
+from log.fast_encoder import compile_encoder
 from log.exceptions import (BadMarkerError, CodecError, TruncatedRecordError,
                             UnknownFingerprintError, UnknownSchemaError)
 
@@ -46,6 +47,7 @@ class Codec:
         self._named_fp: dict[str, bytes] = {}
         self._headers: dict[str, bytes] = {}
         self._writers: dict[bytes, tuple[str, dict[str, Any]]] = {}
+        self._fast: dict[str, Callable[[Mapping[str, Any]], bytes]] = {}
         named_schemas: dict[str, Any] = {}
         for name, js in (schema_json or schemas.load_all()).items():
             parsed = parse_schema(dict(js), named_schemas=named_schemas)
@@ -54,6 +56,9 @@ class Codec:
             self._named_fp[name] = fp
             self._headers[name] = MARKER + fp
             self._writers[fp] = (name, parsed)
+            fast = compile_encoder(parsed, MARKER + fp)
+            if fast is not None:
+                self._fast[name] = fast
 
     @property
     def names(self) -> list[str]:
@@ -78,6 +83,12 @@ class Codec:
 
     def encode(self, name: str, record: Mapping[str, Any]) -> bytes:
         """The single-object encoding of ``record`` with the current schema ``name``."""
+        fast = self._fast.get(name)
+        if fast is not None:
+            try:
+                return fast(record)
+            except (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError) as exc:
+                raise CodecError(f"cannot encode {name}: {exc!r}") from exc
         try:
             header = self._headers[name]
         except KeyError:
@@ -88,6 +99,13 @@ class Codec:
             schemaless_writer(buf, self._named[name], record)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise CodecError(f"cannot encode {name}: {exc}") from exc
+        return buf.getvalue()
+
+    def encode_with_fastavro(self, name: str, record: Mapping[str, Any]) -> bytes:
+        """The same encoding through fastavro's generic writer (the reference)."""
+        buf = io.BytesIO()
+        buf.write(self._headers[name])
+        schemaless_writer(buf, self._named[name], record)
         return buf.getvalue()
 
     def decode(self, data: bytes | None) -> Decoded:

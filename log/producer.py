@@ -35,6 +35,8 @@ class LogProducer:
         self._topics = {name: settings.topic(name) for name in
                         ("txlog", "queues", "directory", "config", "deadletter")}
         self._max = settings.max_message_bytes
+        self._produce = self._producer.produce
+        self._encode = self.codec.encode
 
     def topic(self, logical: str) -> str:
         """Physical topic name of a logical one."""
@@ -55,8 +57,8 @@ class LogProducer:
                 on_delivery: DeliveryCallback | None = None,
                 headers: list[tuple[str, bytes]] | None = None) -> None:
         """Encode ``record`` with schema ``name`` and append it to ``logical_topic``."""
-        self.produce_raw(self.topic(logical_topic), key, self.codec.encode(name, record),
-                         partition, on_delivery, headers)
+        topic = self._topics.get(logical_topic) or self.settings.topic(logical_topic)
+        self.produce_raw(topic, key, self._encode(name, record), partition, on_delivery, headers)
 
     def produce_raw(self, topic: str, key: str | bytes | None, value: bytes | None,
                     partition: int | None = None, on_delivery: DeliveryCallback | None = None,
@@ -65,14 +67,14 @@ class LogProducer:
         if value is not None and len(value) > self._max:
             raise OversizedMessageError(
                 f"record of {len(value)} bytes exceeds max_message_bytes={self._max}")
-        kwargs: dict[str, Any] = {"on_delivery": on_delivery or self._on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = headers
+        callback = on_delivery or self._on_delivery
+        part = -1 if partition is None else partition  # -1: the configured partitioner
         while True:
             try:
-                self._producer.produce(topic, value, key, **kwargs)
+                if headers:
+                    self._produce(topic, value, key, part, callback, headers=headers)
+                else:
+                    self._produce(topic, value, key, part, callback)
                 return
             except BufferError:
                 self._producer.poll(0.05)

@@ -119,3 +119,19 @@ def test_evolution_new_optional_field_reads_old_records() -> None:
     assert decoded.record == {**record, "reason": None}
     # And the current writer's records still read back with the field present.
     assert reader.decode(reader.encode("Ack", {**record, "reason": "x"})).record["reason"] == "x"
+
+
+@given(ANY_RECORD)
+def test_generated_encoders_match_fastavro_byte_for_byte(item: tuple[str, dict]) -> None:
+    name, record = item
+    assert CODEC.encode(name, record) == CODEC.encode_with_fastavro(name, record)
+
+
+@pytest.mark.parametrize("field,value", [("timestamp_ms", 2**63), ("delivery_count", 2**31),
+                                         ("message_id", 7), ("payload", "not bytes")])
+def test_bad_field_values_are_codec_errors(field: str, value: object) -> None:
+    from log.exceptions import CodecError
+    record = {"message_id": "m", "sender": "s", "recipient": "r", "environment": "e",
+              "message_type": "t", "payload": b"", "timestamp_ms": 1, "delivery_count": 0}
+    with pytest.raises(CodecError):
+        CODEC.encode("Send", {**record, field: value})
