@@ -39,8 +39,6 @@ def _int(n: int) -> bytes:
 
 
 def _long(n: int) -> bytes:
-    if type(n) is not int and not isinstance(n, int):
-        raise TypeError(f"{n!r} is not an int")
     return _zigzag(n)
 
 

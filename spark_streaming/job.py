@@ -248,10 +248,13 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
         if ready is not None:
             ready(query)
         last_batch = -1
+        profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
         while not stop["requested"]:
             if query.awaitTermination(0.5):
                 break
-            if log.isEnabledFor(logging.DEBUG):
+            if profile:
+                last_batch = _profile_progress(query, last_batch, profile)
+            elif log.isEnabledFor(logging.DEBUG):
                 last_batch = _log_progress(query, last_batch)
         if stop["requested"]:
             _quietly(query.stop)  # the JVM shares our process group and may be exiting too
@@ -286,6 +289,27 @@ def _log_progress(query: Any, last_batch: int) -> int:
               progress["batchId"], progress["numInputRows"], progress["durationMs"],
               state[0].get("numRowsTotal"), state[0].get("commitTimeMs"))
     return int(progress["batchId"])
+
+
+def _profile_progress(query: Any, last_batch: int, path: str) -> int:
+    """Append every new batch's progress (durations, rows, state) to ``path`` as JSON lines
+    (``TIDEMARK_QUEUES_PROFILE``; for tuning, see docs/queues.md)."""
+    import json
+    with open(path, "a") as out:
+        for progress in query.recentProgress:
+            if progress["batchId"] <= last_batch:
+                continue
+            state = (progress.get("stateOperators") or [{}])[0]
+            out.write(json.dumps({"batch": progress["batchId"],
+                                  "rows": progress["numInputRows"],
+                                  "durationMs": progress["durationMs"],
+                                  "stateCommitMs": state.get("commitTimeMs"),
+                                  "stateRows": state.get("numRowsTotal"),
+                                  "state": {k: v for k, v in state.items()
+                                            if k.endswith("TimeMs") or k.endswith("Ms")},
+                                  "custom": state.get("customMetrics")}) + "\n")
+            last_batch = int(progress["batchId"])
+    return last_batch
 
 
 def _quietly(action: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -32,6 +33,8 @@ class BatchWriter:
         self._producer: LogProducer | None = None
         self.batches = 0
         self.dead = 0
+        self.profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
+        self.timings: dict[str, float] = {}
 
     @property
     def producer(self) -> LogProducer:
@@ -59,9 +62,17 @@ class BatchWriter:
         t0 = time.perf_counter()
         rows = df.collect()
         t1 = time.perf_counter()
+        self.timings = {}
         self.write(batch_id, [r.asDict() for r in rows])
+        t2 = time.perf_counter()
         log.debug("batch %d: %d rows, spark %.0f ms, kafka %.0f ms", batch_id, len(rows),
-                  (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3)
+                  (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+        if self.profile:
+            import json
+            with open(self.profile, "a") as out:
+                out.write(json.dumps({"sink": batch_id, "rows": len(rows),
+                                      "collect_ms": round((t1 - t0) * 1e3, 1),
+                                      **self.timings}) + "\n")
 
     def write(self, batch_id: int, rows: list[dict[str, Any]]) -> None:
         """Write one batch's output rows, then its progress records."""
@@ -69,6 +80,7 @@ class BatchWriter:
         queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
         top: dict[int, int] = {}
         dead = 0
+        t0 = time.perf_counter()
         for row in rows:
             kind, part = row["kind"], row["partition"]
             key = None if row["key"] is None else bytes(row["key"])
@@ -84,7 +96,9 @@ class BatchWriter:
             elif kind == DEAD:
                 self._dead(key, value, row["reason"] or "", part, row["offset"])
                 dead += 1
+        t1 = time.perf_counter()
         producer.flush()  # every row of the batch is acknowledged before its progress
+        t2 = time.perf_counter()
         if dead:
             self.dead += dead
             log.warning("batch %d: %d poison record(s) sent to %s", batch_id, dead, deadletter)
@@ -94,4 +108,8 @@ class BatchWriter:
                 "txlog_partition": part, "next_offset": offset + 1, "batch_id": batch_id,
                 "timestamp_ms": now}, partition=part)
         producer.flush()
+        t3 = time.perf_counter()
+        self.timings = {"produce_ms": round((t1 - t0) * 1e3, 1),
+                        "flush_rows_ms": round((t2 - t1) * 1e3, 1),
+                        "progress_ms": round((t3 - t2) * 1e3, 1)}
         self.batches += 1
