@@ -110,9 +110,18 @@ def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
     }
+    if re.match(r"(file:)?/|[^:]*$", options.checkpoint):
+        # A local checkpoint: Hadoop FileContext's rename forks `readlink` for every file it
+        # commits without Hadoop's native library (RocksDB changelog per state partition,
+        # offset and commit log per batch); FileSystem.rename does not, and is atomic here.
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = \
+            "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
     if options.master:
         from log.jvm import spark_connector_jars
         conf["spark.jars"] = ",".join(spark_connector_jars())
+        # Python workers that do not re-read pyspark's zips/jars at every task (pydaemon.py).
+        # Local mode only: the daemon must import spark_streaming before any task runs.
+        conf["spark.python.daemon.module"] = "spark_streaming.pydaemon"
         # Python workers run the interpreter named by PYSPARK_PYTHON (pyspark reads only the
         # environment): this one, so that they see the same packages.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -125,6 +134,10 @@ def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
             conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
         except OSError:  # an unwritable temp folder: keep Spark's own logging
             pass
+    # Extra settings for experiments (``k=v;k=v``), applied last.
+    for item in filter(None, os.environ.get("TIDEMARK_SPARK_CONF", "").split(";")):
+        name, _, value = item.partition("=")
+        conf[name.strip()] = value.strip()
     return conf
 
 
@@ -149,7 +162,11 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     """``kafka.*`` options for Spark's Kafka source: bootstrap + the client settings."""
     if not settings.bootstrap:
         settings.producer_config()  # raises the readable ConfigError
-    return {f"kafka.{k}": v for k, v in settings.java_client_config().items()}
+    options = {f"kafka.{k}": v for k, v in settings.java_client_config().items()}
+    # Spark's cached consumers pipeline a fetch past the batch's end offset; the next batch
+    # then waits for it, up to fetch.max.wait.ms (500 ms by default) per partition task.
+    options.setdefault("kafka.fetch.max.wait.ms", "10")
+    return options
 
 
 def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
@@ -161,6 +178,7 @@ def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
 
         def init(self, handle: Any) -> None:
             self.peers = handle.getMapState("peers", PEER_KEY_SCHEMA, STATE_SCHEMA)
+            self.calls = {"load": 0.0, "store": 0.0}
 
         def _load(self, peer: str) -> bytes | None:
             row = self.peers.getValue((peer,))
@@ -177,7 +195,29 @@ def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
                             timerValues: Any) -> Iterator[Any]:
             import pandas as pd
             frame = pd.concat(list(rows), ignore_index=True)
-            yield process_rows(frame, self._load, self._store, ack_ttl_ms, dedup_window_ms)
+            profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
+            if not profile:
+                yield process_rows(frame, self._load, self._store, ack_ttl_ms, dedup_window_ms)
+                return
+            started, t0 = time.time(), time.perf_counter()
+            out = process_rows(frame, self._timed(self._load, "load"),
+                               self._timed(self._store, "store"), ack_ttl_ms, dedup_window_ms)
+            _profile_write(profile, {"group": int(key[0]), "pid": os.getpid(), "t0": started,
+                                     "rows": len(frame),
+                                     "process_ms": round((time.perf_counter() - t0) * 1e3, 1),
+                                     **{f"{k}_ms": round(v * 1e3, 1)
+                                        for k, v in self.calls.items()}})
+            self.calls = {"load": 0.0, "store": 0.0}
+            yield out
+
+        def _timed(self, call: Any, name: str) -> Any:
+            def timed(*args: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return call(*args)
+                finally:
+                    self.calls[name] += time.perf_counter() - t0
+            return timed
 
         def close(self) -> None:
             pass
@@ -292,24 +332,25 @@ def _log_progress(query: Any, last_batch: int) -> int:
 
 
 def _profile_progress(query: Any, last_batch: int, path: str) -> int:
-    """Append every new batch's progress (durations, rows, state) to ``path`` as JSON lines
-    (``TIDEMARK_QUEUES_PROFILE``; for tuning, see docs/queues.md)."""
+    """Append every new batch's progress (durations, rows, state store) to ``path`` as JSON
+    lines (``TIDEMARK_QUEUES_PROFILE``, see docs/queues.md)."""
+    for progress in query.recentProgress:
+        if progress["batchId"] <= last_batch:
+            continue
+        state = (progress.get("stateOperators") or [{}])[0]
+        _profile_write(path, {"batch": progress["batchId"], "rows": progress["numInputRows"],
+                              "durationMs": progress["durationMs"],
+                              "state": {k: v for k, v in state.items() if k.endswith("Ms")},
+                              "custom": state.get("customMetrics")})
+        last_batch = int(progress["batchId"])
+    return last_batch
+
+
+def _profile_write(path: str, record: dict[str, Any]) -> None:
+    """Append one JSON line to the profile file (``TIDEMARK_QUEUES_PROFILE``)."""
     import json
     with open(path, "a") as out:
-        for progress in query.recentProgress:
-            if progress["batchId"] <= last_batch:
-                continue
-            state = (progress.get("stateOperators") or [{}])[0]
-            out.write(json.dumps({"batch": progress["batchId"],
-                                  "rows": progress["numInputRows"],
-                                  "durationMs": progress["durationMs"],
-                                  "stateCommitMs": state.get("commitTimeMs"),
-                                  "stateRows": state.get("numRowsTotal"),
-                                  "state": {k: v for k, v in state.items()
-                                            if k.endswith("TimeMs") or k.endswith("Ms")},
-                                  "custom": state.get("customMetrics")}) + "\n")
-            last_batch = int(progress["batchId"])
-    return last_batch
+        out.write(json.dumps(record) + "\n")
 
 
 def _quietly(action: Any) -> None:

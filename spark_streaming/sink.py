@@ -62,7 +62,6 @@ class BatchWriter:
         t0 = time.perf_counter()
         rows = df.collect()
         t1 = time.perf_counter()
-        self.timings = {}
         self.write(batch_id, [r.asDict() for r in rows])
         t2 = time.perf_counter()
         log.debug("batch %d: %d rows, spark %.0f ms, kafka %.0f ms", batch_id, len(rows),
