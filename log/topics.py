@@ -9,9 +9,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from log.exceptions import LogError, UnderReplicatedError
-from log.settings import Settings
+from typing import Callable
 
-__all__ = ["TopicSpec", "topic_specs", "ensure_topics", "describe_topics", "check_replication"]
+from log.settings import TOPICS, Settings
+
+__all__ = ["TopicSpec", "topic_specs", "ensure_topics", "describe_topics", "check_replication",
+           "delete_topic_set"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,18 @@ def check_replication(settings: Settings, allow_under_replicated: bool = False) 
             f"{settings.topic('txlog')} is under-replicated: a partition has {info['min_isr']}"
             f" of {info['replication_factor']} replicas in sync (min.insync.replicas="
             f"{info['min.insync.replicas']}); pass --allow-under-replicated to run anyway")
+
+
+def delete_topic_set(settings: Settings, report: Callable[[str], None] = lambda m: None) -> None:
+    """Delete the five topics of ``settings``' prefix (tests, benchmarks); waits for them.
+
+    Best effort: a topic already gone, or one the cluster refuses to delete, is reported
+    through ``report`` and skipped.
+    """
+    admin = AdminClient(settings.admin_config())  # must outlive the futures
+    futures = admin.delete_topics([settings.topic(t) for t in TOPICS], operation_timeout=30)
+    for fut in futures.values():
+        try:
+            fut.result(60)
+        except Exception as exc:  # noqa: BLE001 - already gone, or refused: say so, go on
+            report(f"could not delete a topic: {exc}")

@@ -81,26 +81,12 @@ def _child(target: Any, *args: Any) -> dict:
     return result
 
 
-def _drop_topics(settings: Any) -> None:
-    """Delete the topics of a bench-generated prefix."""
-    from confluent_kafka.admin import AdminClient
-
-    from log.settings import TOPICS
-    admin = AdminClient(settings.admin_config())
-    for fut in admin.delete_topics([settings.topic(t) for t in TOPICS],
-                                   operation_timeout=30).values():
-        try:
-            fut.result()
-        except Exception:  # best effort: a leftover bench topic harms nobody
-            pass
-
-
 def run_bench(args: argparse.Namespace) -> int:
     """Produce ``--records`` txlog records, then time both consumers over them."""
     from log.load import generate_load
     from log.offsets import end_offsets
     from log.settings import load_settings
-    from log.topics import ensure_topics
+    from log.topics import delete_topic_set, ensure_topics
     settings = load_settings(args.config, bootstrap=args.bootstrap,
                              topic_prefix=args.topic_prefix or f"bench-ingest-{uuid.uuid4().hex[:8]}.",
                              partitions=args.partitions)
@@ -125,7 +111,7 @@ def run_bench(args: argparse.Namespace) -> int:
         if not args.dir:
             shutil.rmtree(scratch, ignore_errors=True)
         if not args.topic_prefix:
-            _drop_topics(settings)
+            delete_topic_set(settings)
     raw_rate = raw["records"] / raw["seconds"]
     node_rate = node["records"] / node["seconds"]
     result = {"records": total, "node_tx_per_s": round(node_rate),

@@ -35,7 +35,8 @@ from log.settings import Settings
 from log.topics import ensure_topics
 from spark_streaming.depth import wait_for_progress
 from spark_streaming.queue_state import is_progress_key, split_queue_key
-from spark_streaming.runner import JobProcess, delete_topic_set
+from log.topics import delete_topic_set
+from spark_streaming.runner import JobProcess
 
 __all__ = ["bench_queues", "print_report"]
 

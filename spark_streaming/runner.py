@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from confluent_kafka.admin import AdminClient
 
 from log.codec import default_codec
 from log.consumer import read_to_end
@@ -26,7 +25,7 @@ from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
 from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS
 
-__all__ = ["JobProcess", "expected_queues", "delete_topic_set"]
+__all__ = ["JobProcess", "expected_queues"]
 
 
 class JobProcess:
@@ -94,19 +93,6 @@ class JobProcess:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
-
-
-def delete_topic_set(settings: Settings, report: Callable[[str], None] = lambda m: None) -> None:
-    """Delete the five topics of ``settings``' prefix (tests, benchmarks); waits for them."""
-    admin = AdminClient(settings.admin_config())  # must outlive the futures
-    futures = admin.delete_topics(
-        [settings.topic(t) for t in ("txlog", "queues", "directory", "config", "deadletter")],
-        operation_timeout=30)
-    for fut in futures.values():
-        try:
-            fut.result(60)
-        except Exception as exc:  # already gone, or the cluster refused: say so, go on
-            report(f"could not delete a topic: {exc}")
 
 
 def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,

@@ -20,6 +20,7 @@ import pytest
 from log.load import generate_load
 from log.offsets import end_offsets
 from log.settings import Settings
+from log.topics import delete_topic_set
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(3600)]
 
@@ -59,19 +60,6 @@ def _ingest_child(settings: Settings, ends: dict[int, int], folder: str, out: An
              "done": True, **_memory()})
 
 
-def _drop_topics(settings: Settings) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    from log.settings import TOPICS
-    admin = AdminClient(settings.admin_config())
-    for fut in admin.delete_topics([settings.topic(t) for t in TOPICS],
-                                   operation_timeout=60).values():
-        try:
-            fut.result()
-        except Exception:  # best effort: the prefix is unique to this test
-            pass
-
-
 def test_node_rss_stays_flat_over_a_large_store(fresh_settings: Settings,
                                                 tmp_path: Path) -> None:
     settings = fresh_settings
@@ -95,7 +83,7 @@ def test_node_rss_stays_flat_over_a_large_store(fresh_settings: Settings,
                 continue
         child.join(60)
     finally:
-        _drop_topics(settings)
+        delete_topic_set(settings)
     end = samples[-1]
     assert end["positions"] == ends, "node did not apply every record"
     half = [s for s in samples[:-1] if s["records"] <= total / 2]

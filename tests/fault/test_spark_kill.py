@@ -20,7 +20,8 @@ from log.local_cluster import LocalStack
 from log.topics import ensure_topics
 from spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
 from spark_streaming.local import plan
-from spark_streaming.runner import delete_topic_set, expected_queues
+from log.topics import delete_topic_set
+from spark_streaming.runner import expected_queues
 from tests.support import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(420)]

@@ -23,7 +23,8 @@ from log.producer import LogProducer
 from log.settings import Settings, load_settings
 from log.topics import ensure_topics
 from spark_streaming.depth import read_queues, wait_for_progress
-from spark_streaming.runner import JobProcess, delete_topic_set, expected_queues
+from log.topics import delete_topic_set
+from spark_streaming.runner import JobProcess, expected_queues
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
