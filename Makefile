@@ -9,13 +9,13 @@ STAMP  := $(VENV)/.installed
 STATE  ?= $(CURDIR)/.tidemark
 PYTEST_ARGS ?=
 
-.PHONY: install jars test demo soak bench clean down
+.PHONY: install jars test lint demo soak bench clean down
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "python3.11 not found: install Python 3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,test]'
+	$(PY) -m pip install -q -e '.[spark,test,lint]'
 	@touch $@
 
 install: $(STAMP)
@@ -26,14 +26,21 @@ jars: $(STAMP)
 test: install jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# ruff (style and bugs), mypy (types; strict on the pure-logic modules), import-linter (layers)
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
 soak: install jars
 	$(PY) -m pytest -m soak -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: install jars
 	@TIDEMARK_STATE_DIR=$(STATE) bash scripts/demo.sh
 
+# the benchmarks start an empty stack of their own (its own state folder, removed before and after)
 bench: install jars
-	@TIDEMARK_STATE_DIR=$(STATE) bash scripts/bench.sh
+	@bash scripts/bench.sh
 
 down:
 	@test -x $(VENV)/bin/tidemark && TIDEMARK_STATE_DIR=$(STATE) $(VENV)/bin/tidemark local down || true

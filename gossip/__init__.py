@@ -1,13 +1,27 @@
-"""Cluster config epochs, push-pull gossip, the universal stable cut, the GC point and
-missing-data decisions (the pure parts are in ``stable_cut``, ``gc_point``, ``missing``)."""
+"""Cluster config epochs, interval maps, the gossiped node state, the replica service
+(client and server), the universal stable cut, the GC point and missing-data decisions (the
+pure parts are in ``interval_map``, ``stable_cut``, ``gc_point``, ``missing``)."""
 
 from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch, fold, validate
-from gossip.exceptions import EpochError, GossipError
+from gossip.exceptions import EpochError, GossipError, NodeUnreachableError
 from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
+from gossip.interval_map import IntervalMap, record_hash
 from gossip.missing import find_source, intersect, unrecoverable
+from gossip.node_state import NodeState, PartitionRanges, cut_entries, cut_from_entries
+from gossip.service import (
+                            ReplicaClient,
+                            fetch_status,
+                            gossip_round,
+                            pack_records,
+                            start_server,
+                            unpack_records,
+)
 from gossip.stable_cut import HoldTracker, ReplicaView, cut_holders, stable_cut, stable_cut_ms
 
 __all__ = ["ConfigLog", "Epoch", "Partition", "append_epoch", "fold", "validate",
            "EpochError", "GossipError", "clamp_pin", "cluster_gc_point", "local_gc_cut",
            "find_source", "intersect", "unrecoverable", "HoldTracker", "ReplicaView",
-           "cut_holders", "stable_cut", "stable_cut_ms"]
+           "cut_holders", "stable_cut", "stable_cut_ms", "NodeUnreachableError", "IntervalMap",
+           "record_hash", "NodeState", "PartitionRanges", "cut_entries", "cut_from_entries",
+           "ReplicaClient", "fetch_status", "gossip_round", "pack_records", "start_server",
+           "unpack_records"]

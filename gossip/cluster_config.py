@@ -9,8 +9,9 @@ and for each epoch the first valid successor (``prev_epoch`` = that epoch, ``epo
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -117,9 +118,9 @@ def fold(current: Epoch | None, candidates: Iterable[Epoch]) -> Epoch | None:
         if current is None:
             if cand.prev_epoch is None:
                 current = cand
-        elif cand.prev_epoch == current.epoch and cand.epoch == current.epoch + 1:
-            if cand.log_partitions == current.log_partitions:
-                current = cand
+        elif (cand.prev_epoch == current.epoch and cand.epoch == current.epoch + 1
+              and cand.log_partitions == current.log_partitions):
+            current = cand
     return current
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from log.exceptions import TidemarkError
 
-__all__ = ["GossipError", "EpochError"]
+__all__ = ["GossipError", "EpochError", "NodeUnreachableError"]
 
 
 class GossipError(TidemarkError):
     """A gossip operation failed."""
+
+
+class NodeUnreachableError(GossipError):
+    """No replica node answered."""
 
 
 class EpochError(GossipError):

@@ -7,7 +7,7 @@ gossiped by every replica owning tp; it only rises and never exceeds the cut.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["local_gc_cut", "cluster_gc_point", "clamp_pin"]
 
@@ -30,7 +30,7 @@ def cluster_gc_point(owners: Mapping[str, Sequence[str]],
     out: dict[str, int] = {}
     for tp, replicas in owners.items():
         prev = previous.get(tp, 0)
-        cuts = []
+        cuts: list[int] = []
         for node in replicas:
             cut = gc_cuts.get(node, {}).get(tp)
             if cut is None:

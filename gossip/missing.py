@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from replica.interval_map import IntervalMap
+from gossip.interval_map import IntervalMap
 
 __all__ = ["intersect", "unrecoverable", "find_source"]
 

@@ -10,8 +10,9 @@ honest across epochs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["ReplicaView", "stable_cut", "cut_holders", "HoldTracker", "stable_cut_ms"]
 
@@ -35,7 +36,7 @@ def stable_cut(owners: Mapping[str, Sequence[str]], views: Mapping[str, ReplicaV
     out: dict[str, int] = {}
     for tp, replicas in owners.items():
         prev = previous.get(tp, 0)
-        ends = []
+        ends: list[int] = []
         for node in replicas:
             view = views.get(node)
             if view is None or tp not in view.base:
@@ -87,7 +88,7 @@ class HoldTracker:
     def __init__(self) -> None:
         self.since: dict[str, float] = {}
 
-    def update(self, holders: Iterable[str], now: float) -> dict | None:
+    def update(self, holders: Iterable[str], now: float) -> dict[str, Any] | None:
         """Feed the current holders; returns ``{"node", "seconds"}`` for the longest one."""
         current = set(holders)
         self.since = {n: self.since.get(n, now) for n in current}

@@ -2,10 +2,21 @@
 
 from log.codec import MARKER, Codec, Decoded, default_codec, schema_fingerprint
 from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
-from log.exceptions import (BadMarkerError, ClusterLaunchError, CodecError, ConfigError,
-                            DeliveryError, JvmSetupError, LogError, OversizedMessageError,
-                            TidemarkError, TruncatedRecordError, UnderReplicatedError,
-                            UnknownFingerprintError, UnknownSchemaError)
+from log.exceptions import (
+    BadMarkerError,
+    ClusterLaunchError,
+    CodecError,
+    ConfigError,
+    DeliveryError,
+    JvmSetupError,
+    LogError,
+    OversizedMessageError,
+    TidemarkError,
+    TruncatedRecordError,
+    UnderReplicatedError,
+    UnknownFingerprintError,
+    UnknownSchemaError,
+)
 from log.offsets import delete_records, end_offsets, log_start_offsets, watermarks
 from log.partitioner import murmur2, partition_for, partition_for_peer
 from log.producer import LogProducer

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -101,4 +101,5 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
     return {"messages": messages, "payload_bytes": payload_bytes, "record_bytes": len(sample),
             "rounds": rounds, "raw_msgs_per_s": round(raw), "log_msgs_per_s": round(ours),
             "ratio": round(ours / raw, 3), "target_ratio": 0.8,
-            "raw_rounds": [round(x) for x in raw_rates], "log_rounds": [round(x) for x in log_rates]}
+            "raw_rounds": [round(x) for x in raw_rates],
+            "log_rounds": [round(x) for x in log_rates]}

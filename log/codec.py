@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, cast
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 import schemas
+from log.exceptions import (
+    BadMarkerError,
+    CodecError,
+    TruncatedRecordError,
+    UnknownFingerprintError,
+    UnknownSchemaError,
+)
 from log.fast_encoder import compile_encoder
-from log.exceptions import (BadMarkerError, CodecError, TruncatedRecordError,
-                            UnknownFingerprintError, UnknownSchemaError)
 
 __all__ = ["MARKER", "Decoded", "Codec", "default_codec", "schema_fingerprint"]
 
@@ -22,7 +28,7 @@ _HEADER = len(MARKER) + 8
 
 def schema_fingerprint(parsed: Mapping[str, Any]) -> bytes:
     """The 8-byte little-endian CRC-64-AVRO fingerprint of a parsed schema."""
-    hex_digest = fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")
+    hex_digest = fingerprint(to_parsing_canonical_form(dict(parsed)), "CRC-64-AVRO")
     return bytes.fromhex(hex_digest)
 
 
@@ -50,7 +56,7 @@ class Codec:
         self._fast: dict[str, Callable[[Mapping[str, Any]], bytes]] = {}
         named_schemas: dict[str, Any] = {}
         for name, js in (schema_json or schemas.load_all()).items():
-            parsed = parse_schema(dict(js), named_schemas=named_schemas)
+            parsed = cast(dict[str, Any], parse_schema(dict(js), named_schemas=named_schemas))
             fp = schema_fingerprint(parsed)
             self._named[name] = parsed
             self._named_fp[name] = fp
@@ -76,7 +82,7 @@ class Codec:
         """Accept records written with an older (or newer) version of schema ``name``."""
         if name not in self._named:
             raise UnknownSchemaError(f"no schema named {name!r}")
-        parsed = parse_schema(dict(schema_json), _write_hint=False)
+        parsed = cast(dict[str, Any], parse_schema(dict(schema_json), _write_hint=False))
         fp = schema_fingerprint(parsed)
         self._writers[fp] = (name, parsed)
         return fp

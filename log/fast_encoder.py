@@ -10,7 +10,8 @@ against fastavro on arbitrary records.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 __all__ = ["compile_encoder"]
 

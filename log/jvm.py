@@ -1,9 +1,9 @@
 """JVM artifacts from Maven Central: the Kafka broker and Spark's Kafka connector.
 
-``python -m log.jvm`` (run by ``make``) resolves ``jvm/kafka/pom.xml`` and
-``jvm/spark/pom.xml`` with Maven into ``~/.cache/tidemark/jars/{kafka,spark}`` (override with
-``TIDEMARK_CACHE``). A folder that is already complete is not resolved again, so a second run
-does not touch the network.
+``python -m log.jvm`` (run by ``make``) resolves ``log/poms/kafka/pom.xml`` and
+``log/poms/spark/pom.xml`` (package data, so this works from any install) with Maven into
+``~/.cache/tidemark/jars/{kafka,spark}`` (override with ``TIDEMARK_CACHE``). A folder that
+is already complete is not resolved again, so a second run does not touch the network.
 """
 
 from __future__ import annotations
@@ -12,20 +12,25 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
+from log import registry
 from log.exceptions import JvmSetupError
 
-__all__ = ["cache_dir", "jar_dir", "ensure_jars", "java_binary", "spark_connector_jars"]
+__all__ = ["pom_dir", "cache_dir", "jar_dir", "ensure_jars", "java_binary", "spark_connector_jars"]
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-_POM_DIR = _REPO_ROOT / "jvm"
 ARTIFACTS = ("kafka", "spark")
 
 
 def cache_dir() -> Path:
     """``TIDEMARK_CACHE`` or ``~/.cache/tidemark``."""
-    return Path(os.environ.get("TIDEMARK_CACHE", Path.home() / ".cache" / "tidemark"))
+    return Path(registry.env_value("cache")).expanduser()
+
+
+def pom_dir() -> Path:
+    """The folder of the poms shipped inside the package (``log/poms``)."""
+    return Path(str(resources.files("log") / "poms"))
 
 
 def jar_dir(artifact: str) -> Path:
@@ -50,7 +55,7 @@ def _marker(artifact: str) -> Path:
 
 
 def _pom_stamp(artifact: str) -> str:
-    return (_POM_DIR / artifact / "pom.xml").read_text()
+    return (pom_dir() / artifact / "pom.xml").read_text()
 
 
 def ensure_jars(artifact: str, quiet: bool = False) -> Path:
@@ -67,8 +72,9 @@ def ensure_jars(artifact: str, quiet: bool = False) -> Path:
         raise JvmSetupError("mvn not found: install Apache Maven (e.g. apt-get install maven)")
     if out.exists():
         shutil.rmtree(out)
-    cmd = [mvn, "-B", "-q", "-s", str(_POM_DIR / "settings.xml"),
-           f"-Dmaven.repo.local={cache_dir() / 'm2'}", "-f", str(_POM_DIR / artifact / "pom.xml"),
+    poms = pom_dir()
+    cmd = [mvn, "-B", "-q", "-s", str(poms / "settings.xml"),
+           f"-Dmaven.repo.local={cache_dir() / 'm2'}", "-f", str(poms / artifact / "pom.xml"),
            "dependency:copy-dependencies", f"-DoutputDirectory={out}", "-DincludeScope=runtime"]
     if not quiet:
         print(f"tidemark: resolving {artifact} jars from Maven Central into {out}", file=sys.stderr)
@@ -85,7 +91,8 @@ def spark_connector_jars() -> list[str]:
     folder = ensure_jars("spark", quiet=True)
     try:
         import pyspark
-        shipped = {p.name.rsplit("-", 1)[0] for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+        jars = Path(pyspark.__file__).parent / "jars"
+        shipped = {p.name.rsplit("-", 1)[0] for p in jars.glob("*.jar")}
     except ImportError:
         shipped = set()
     return sorted(str(p) for p in folder.glob("*.jar") if p.name.rsplit("-", 1)[0] not in shipped)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -72,7 +73,8 @@ class LogProducer:
         while True:
             try:
                 if headers:
-                    self._produce(topic, value, key, part, callback, headers=headers)
+                    self._produce(topic, value, key, part, callback,
+                                  headers=list[tuple[str, str | bytes | None]](headers))
                 else:
                     self._produce(topic, value, key, part, callback)
                 return

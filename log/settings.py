@@ -13,10 +13,12 @@ import json
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from log import registry
 from log.exceptions import ConfigError
 
 __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_client_settings",
@@ -25,16 +27,11 @@ __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_
 #: Logical topic names; the physical name is ``topic_prefix + name``.
 TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
 
-_ENV_KEYS = {
-    "TIDEMARK_BOOTSTRAP": ("bootstrap", str),
-    "TIDEMARK_TOPIC_PREFIX": ("topic_prefix", str),
-    "TIDEMARK_PARTITIONS": ("partitions", int),
-    "TIDEMARK_REPLICATION_FACTOR": ("replication_factor", int),
-    "TIDEMARK_MIN_INSYNC_REPLICAS": ("min_insync_replicas", int),
-    "TIDEMARK_ENVIRONMENT": ("environment", str),
-    "TIDEMARK_MAX_MESSAGE_BYTES": ("max_message_bytes", int),
-}
-_CLIENT_ENV_PREFIX = "TIDEMARK_KAFKA_"
+#: The registry settings that are fields of :class:`Settings` (the ``[kafka]`` table).
+_KAFKA_KEYS = ("bootstrap", "topic_prefix", "partitions", "replication_factor",
+               "min_insync_replicas", "environment", "max_message_bytes", "txlog_retention_ms",
+               "queues_delete_retention_ms")
+_CLIENT_ENV_PREFIX = registry.KAFKA_CLIENT_PREFIX
 _RDKAFKA_LOGGER = logging.getLogger("tidemark.librdkafka")
 
 
@@ -66,24 +63,28 @@ def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _default(name: str) -> Any:
+    return registry.setting(name).default
+
+
 def default_state_dir() -> Path:
     """The local stack's state folder: ``TIDEMARK_STATE_DIR`` or ``./.tidemark``."""
-    return Path(os.environ.get("TIDEMARK_STATE_DIR", ".tidemark")).resolve()
+    return Path(registry.env_value("state_dir")).resolve()
 
 
 @dataclass(frozen=True)
 class Settings:
     """What every Kafka-facing component needs to agree on."""
 
-    bootstrap: str = ""
-    topic_prefix: str = "tidemark."
-    partitions: int = 12
-    replication_factor: int = 3
-    min_insync_replicas: int = 2
-    environment: str = "default"
-    max_message_bytes: int = 1_000_000
-    txlog_retention_ms: int = 30 * 24 * 3600 * 1000
-    queues_delete_retention_ms: int = 24 * 3600 * 1000
+    bootstrap: str = _default("bootstrap")
+    topic_prefix: str = _default("topic_prefix")
+    partitions: int = _default("partitions")
+    replication_factor: int = _default("replication_factor")
+    min_insync_replicas: int = _default("min_insync_replicas")
+    environment: str = _default("environment")
+    max_message_bytes: int = _default("max_message_bytes")
+    txlog_retention_ms: int = _default("txlog_retention_ms")
+    queues_delete_retention_ms: int = _default("queues_delete_retention_ms")
     client: Mapping[str, str] = field(default_factory=dict)
     source: str = "defaults"
 
@@ -181,7 +182,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     values: dict[str, Any] = {}
     client: dict[str, str] = {}
     sources = ["defaults"]
-    path = path or env.get("TIDEMARK_CONFIG")
+    path = path or env.get(registry.setting("config").env)
     if path:
         doc = read_toml(Path(path))
         kafka = doc.get("kafka", {})
@@ -201,10 +202,11 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         if "environment" in doc.get("peer", {}):
             values["environment"] = str(doc["peer"]["environment"])
         sources.append(str(path))
-    for var, (key, kind) in _ENV_KEYS.items():
-        if env.get(var):
-            values[key] = _coerce(var, env[var], kind)
-            sources.append(var)
+    for key in _KAFKA_KEYS:
+        spec = registry.setting(key)
+        if env.get(spec.env):
+            values[key] = spec.parse(env[spec.env])
+            sources.append(spec.env)
     for var, value in env.items():
         if var.startswith(_CLIENT_ENV_PREFIX) and len(var) > len(_CLIENT_ENV_PREFIX):
             client[var[len(_CLIENT_ENV_PREFIX):].lower().replace("_", ".")] = value

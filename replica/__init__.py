@@ -1,12 +1,11 @@
-"""LevelDB replica nodes: ingest, store, interval maps, GC and release policy, backfill,
-gRPC server, metrics, the cluster TOML and the ``tidemark replica`` CLI."""
+"""LevelDB replica nodes: ingest, store, GC and release policy, backfill, metrics, the
+cluster TOML, and :class:`Node`, which runs them (serving ``gossip.service``)."""
 
 from replica.config import ClusterFile, ReleasePolicy, load_cluster_file
-from replica.exceptions import (ClusterConfigError, NodeUnreachableError, ReplicaError,
-                                StoreError)
-from replica.interval_map import IntervalMap, record_hash
-from replica.store import Store
+from replica.exceptions import ClusterConfigError, NodeUnreachableError, ReplicaError, StoreError
+from replica.node import Node, genesis_epoch
+from replica.store import Store, StoreOptions
 
 __all__ = ["ClusterFile", "ReleasePolicy", "load_cluster_file", "ClusterConfigError",
-           "NodeUnreachableError", "ReplicaError", "StoreError", "IntervalMap", "record_hash",
-           "Store"]
+           "NodeUnreachableError", "ReplicaError", "StoreError", "Store", "StoreOptions", "Node",
+           "genesis_epoch"]

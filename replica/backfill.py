@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
-from gossip.exchange import Peers
+from gossip.interval_map import IntervalMap
 from gossip.missing import find_source
-from replica.grpc_server import unpack_records
+from gossip.service import ReplicaClient, unpack_records
 from replica.ingest import index_txlog
-from replica.interval_map import IntervalMap
 from replica.store import Store
 
 __all__ = ["Backfiller"]
@@ -27,7 +26,7 @@ log = logging.getLogger(__name__)
 class Backfiller:
     """Fills txlog gaps of one node from its peers, a bounded amount per call."""
 
-    def __init__(self, store: Store, peers: Peers, chunk: int = 5000) -> None:
+    def __init__(self, store: Store, peers: ReplicaClient, chunk: int = 5000) -> None:
         self.store = store
         self.peers = peers
         self.chunk = chunk

@@ -88,7 +88,8 @@ def run_bench(args: argparse.Namespace) -> int:
     from log.settings import load_settings
     from log.topics import delete_topic_set, ensure_topics
     settings = load_settings(args.config, bootstrap=args.bootstrap,
-                             topic_prefix=args.topic_prefix or f"bench-ingest-{uuid.uuid4().hex[:8]}.",
+                             topic_prefix=(args.topic_prefix
+                                           or f"bench-ingest-{uuid.uuid4().hex[:8]}."),
                              partitions=args.partitions)
     say = lambda m: print(f"bench ingest: {m}", file=sys.stderr, flush=True)  # noqa: E731
     ensure_topics(settings)

@@ -8,6 +8,7 @@ bootstrap = "127.0.0.1:9092"
 [cluster]
 data_dir = "replicas"        # relative to this file; each node uses data_dir/<node id>
 gossip_interval_ms = 500
+metrics_host = "127.0.0.1"   # optional; default TIDEMARK_METRICS_HOST, else 127.0.0.1
 [[cluster.partitions]]
 name = "p0"
 replicas = ["p0r0", "p0r1"]
@@ -33,10 +34,12 @@ table_file_mb = 2
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from log import registry
 from log.settings import Settings, load_settings, read_toml
 from replica.exceptions import ClusterConfigError
 from replica.store import StoreOptions
@@ -84,6 +87,7 @@ class ClusterFile:
     gossip_interval_ms: int = 500
     down_after_ms: int = 3000
     sync_writes: bool = False
+    metrics_host: str = "127.0.0.1"
     release: ReleasePolicy = field(default_factory=ReleasePolicy)
     store: StoreOptions = field(default_factory=StoreOptions)
 
@@ -114,7 +118,7 @@ def load_cluster_file(path: str | os.PathLike[str],
     if not isinstance(cluster, dict):
         raise ClusterConfigError(f"{path}: missing [cluster] table")
     unknown = set(cluster) - {"data_dir", "gossip_interval_ms", "partitions", "down_after_ms",
-                              "sync_writes"}
+                              "sync_writes", "metrics_host"}
     if unknown:
         raise ClusterConfigError(f"{path}: unknown key cluster.{sorted(unknown)[0]}")
     nodes_doc = doc.get("nodes", {})
@@ -177,6 +181,8 @@ def load_cluster_file(path: str | os.PathLike[str],
                                                f"{path}: cluster", 10),
                        down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
                        sync_writes=bool(cluster.get("sync_writes", False)), release=release,
+                       metrics_host=str(cluster.get("metrics_host")
+                                        or registry.env_value("metrics_host", env)),
                        store=store)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gossip.exceptions import NodeUnreachableError
 from log.exceptions import ConfigError, TidemarkError
 
 __all__ = ["ReplicaError", "StoreError", "ClusterConfigError", "NodeUnreachableError"]
@@ -17,7 +18,3 @@ class StoreError(ReplicaError):
 
 class ClusterConfigError(ConfigError):
     """The cluster TOML or a ClusterConfig epoch is invalid."""
-
-
-class NodeUnreachableError(ReplicaError):
-    """No replica node answered."""

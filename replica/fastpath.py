@@ -11,7 +11,7 @@ problem (dead letter) or accepts the record (e.g. an older writer schema).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import schemas
 from log.codec import MARKER, Codec

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from log.codec import default_codec
 from log.consumer import DeadLetterWriter, LogConsumer
@@ -24,12 +24,22 @@ from log.exceptions import CodecError, LogError
 from log.producer import LogProducer
 from log.settings import Settings
 from replica.fastpath import ACK, PURGE, txlog_scanners
-from replica.store import Batch, Store, data_key, tp_name
+from replica.store import (
+    Batch,
+    Store,
+    ack_key,
+    ack_prefix,
+    data_key,
+    data_prefix,
+    progress_key,
+    purge_prefix,
+    queue_prefix,
+    tp_name,
+)
 
 __all__ = ["Ingestor", "index_txlog"]
 
 log = logging.getLogger(__name__)
-_H = struct.Struct(">H")
 _Q = struct.Struct(">Q")
 TOPICS = ("txlog", "queues")
 _FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -49,11 +59,10 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
         batch.wb.put(data_key(partition, offset), value)
     elif name == "Ack":
         batch.wb.put(data_key(partition, offset), value)
-        batch.wb.put(b"A" + _H.pack(partition) + f"{rec['peer']}\0{rec['message_id']}".encode(),
-                     _Q.pack(offset))
+        batch.wb.put(ack_key(partition, rec["peer"], rec["message_id"]), _Q.pack(offset))
     elif name == "Purge":
         batch.wb.put(data_key(partition, offset), value)
-        batch.wb.put(b"U" + _H.pack(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),
+        batch.wb.put(purge_prefix(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),
                      b"")
     else:
         return f"unexpected {name} record in txlog"
@@ -71,7 +80,7 @@ class Ingestor:
         self.batch_size = batch_size
         self.sync = sync
         self.codec = default_codec()
-        self.consumer = LogConsumer(settings, **{
+        self.consumer = LogConsumer(settings, None, **{
             "queued.min.messages": 50000, "queued.max.messages.kbytes": 16384,
             "fetch.max.bytes": 8 << 20, "max.partition.fetch.bytes": 2 << 20,
             "fetch.wait.max.ms": 20})
@@ -159,8 +168,8 @@ class Ingestor:
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}
         physical, put, qpack, scanners = self._physical, batch.wb.put, _Q.pack, self._scanners
-        decode, hpack = self.codec.decode, _H.pack
-        poison: list[tuple[object, str]] = []
+        decode = self.codec.decode
+        poison: list[tuple[Message, str]] = []
         run: list[int] | None = None
         cur_phys, cur_k, nxt, applied = "", -1, -1, 0
         txlog, dprefix, aprefix, uprefix = False, b"", b"", b""
@@ -189,8 +198,7 @@ class Ingestor:
                     run = runs[key] = [start, off]
                 cur_phys, cur_k = phys, k
                 txlog = topic == "txlog"
-                hk = hpack(k)
-                dprefix, aprefix, uprefix = b"Dt" + hk, b"A" + hk, b"U" + hk
+                dprefix, aprefix, uprefix = data_prefix(k), ack_prefix(k), purge_prefix(k)
             nxt = off + 1
             value = msg.value()
             if txlog:
@@ -232,7 +240,7 @@ class Ingestor:
 
     def _apply_queue(self, batch: Batch, k: int, key: bytes | None,
                      value: bytes | None) -> str | None:
-        prefix = b"Q" + _H.pack(k)
+        prefix = queue_prefix(k)
         if value is None:
             if key is not None:
                 batch.wb.delete(prefix + key)
@@ -246,7 +254,7 @@ class Ingestor:
                 return "queue entry without a key"
             batch.wb.put(prefix + key, value)
         elif dec.name == "QueueProgress":
-            batch.wb.put(b"R" + _H.pack(k), value)
+            batch.wb.put(progress_key(k), value)
         else:
             return f"unexpected {dec.name} record in queues"
         return None

@@ -1,82 +1,85 @@
-"""Membership transitions a node makes itself: rejoining with a new store, and promotion
-of a joining replica once it has caught up (the next-config transition)."""
+"""Membership transitions a node makes itself, as decisions the node applies: rejoining
+with a new store, and promotion of a joining replica once it has caught up (the
+next-config transition)."""
 
 from __future__ import annotations
 
-import logging
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from gossip.cluster_config import Partition, append_epoch
-from gossip.exchange import state_view
-from log.offsets import end_offsets
-from replica.ingest import TOPICS
+from gossip.cluster_config import Epoch, Partition
+from gossip.interval_map import IntervalMap
+from gossip.node_state import NodeState
 
-if TYPE_CHECKING:
-    from replica.node import Node
-
-__all__ = ["rejoin_if_new_store", "maybe_promote"]
-
-log = logging.getLogger("replica.node")
+__all__ = ["rejoin_epoch", "PromotionInput", "promotion_step", "promoted_epoch"]
 
 
-def rejoin_if_new_store(node: "Node") -> None:
-    """A counting replica whose store is new (wiped, replaced) lacks what the cut may
-    already cover: it moves itself to ``joining`` and counts again once caught up."""
-    part = node.epoch.partition_of(node.node_id)
-    if not node.store.created or node.node_id not in part.replicas or len(part.replicas) < 2:
-        return
-    if not any(end_offsets(node.settings, "txlog", part.log_partitions).values()):
-        return  # nothing written yet: nothing to lack
+def rejoin_epoch(epoch: Epoch, node_id: str, store_created: bool, log_has_data: bool
+                 ) -> Epoch | None:
+    """The successor epoch that moves ``node_id`` to ``joining`` when its store is new (wiped,
+    replaced) while it counts toward the cut, or None. A new store lacks what the cut may
+    already cover; it counts again once caught up."""
+    part = epoch.partition_of(node_id)
+    if (part is None or not store_created or node_id not in part.replicas
+            or len(part.replicas) < 2 or not log_has_data):
+        return None
     parts = tuple(Partition(p.name, p.log_partitions,
-                            tuple(r for r in p.replicas if r != node.node_id),
-                            p.joining + (node.node_id,)) if p is part else p
-                  for p in node.epoch.partitions)
-    log.warning("store of %s is new: rejoining %s as a joining replica", node.node_id,
-                part.name)
-    append_epoch(node.settings, node.epoch.successor(
-        partitions=parts, reason=f"{node.node_id} store is new: rejoining"))
-    node.epoch = node.config.read_to_end() or node.epoch
+                            tuple(r for r in p.replicas if r != node_id),
+                            p.joining + (node_id,)) if p is part else p
+                  for p in epoch.partitions)
+    return epoch.successor(partitions=parts, reason=f"{node_id} store is new: rejoining")
 
 
-def maybe_promote(node: "Node") -> None:
-    """Promote a joining node once it holds everything the counting replicas hold: no gaps,
-    consuming, and at or past every counting replica's gossiped base end and cut.
-    It first announces ``caught_up`` (from then on every node counts it toward the cut) and
-    promotes itself three gossip periods later if it still qualifies, so the cut cannot
-    have risen past what it holds in between."""
-    part = node.epoch.partition_of(node.node_id)
-    if node.node_id not in part.joining:
-        return
-    now = time.monotonic()
-    with node.lock:
-        views = {n: state_view(node.states[n]) for n in part.replicas if n in node.states
-                 and now - node.last_seen.get(n, -1e9) < node.cf.down_after_ms / 1000}
-        cuts = [{f"{e['topic']}/{e['partition']}": e["offset"] for e in s.get("ust", [])}
-                for s in node.states.values()]
-    if set(views) != set(part.replicas):
-        return
-    for k in part.log_partitions:
-        for topic in TOPICS:
-            m, tp = node.store.map(topic, k), f"{topic}/{k}"
-            need = max([node.ust.get(tp, 0)] + [c.get(tp, 0) for c in cuts]
-                       + [v.base.get(tp, (0, 1 << 62))[1] for v in views.values()])
-            if m.detached or tp not in node.ingest.high or m.base_end < need:
-                if node.promoting_since is None:
-                    return
-                if m.detached:  # a new gap: withdraw (it keeps the cut down meanwhile)
-                    node.promoting_since = None
-                return
-    if node.promoting_since is None:
-        node.promoting_since = now  # announce caught_up; counted toward the cut from now on
-        log.warning("%s caught up; announcing it before promotion", node.node_id)
-        return
-    if now - node.promoting_since < 3 * node.period:
-        return  # let every counting replica take the announcement into its cut first
-    parts = tuple(Partition(p.name, p.log_partitions, p.replicas + (node.node_id,),
-                            tuple(j for j in p.joining if j != node.node_id))
-                  if p is part else p for p in node.epoch.partitions)
-    log.warning("caught up: promoting %s to a counting replica of %s", node.node_id, part.name)
-    append_epoch(node.settings, node.epoch.successor(
-        partitions=parts, reason=f"{node.node_id} caught up"))
-    node._follow_config()
+@dataclass(frozen=True)
+class PromotionInput:
+    """What a joining node knows when it considers promotion."""
+
+    node_id: str
+    epoch: Epoch
+    fresh_states: Mapping[str, NodeState]   # counting replicas heard from recently
+    all_states: Mapping[str, NodeState]
+    own_cut: Mapping[str, int]
+    own_maps: Mapping[str, IntervalMap]     # by tp, for every owned (topic, partition)
+    consuming: frozenset[str]               # tps the ingestor has seen the log end of
+    promoting_since: float | None
+    now: float
+    period: float
+
+
+def promotion_step(inp: PromotionInput) -> str | None:
+    """``"announce"`` (start counting toward the cut), ``"withdraw"`` (a new gap appeared),
+    ``"promote"`` (append the promoting epoch) or None (nothing to do yet).
+
+    A joining node qualifies once it holds everything the counting replicas hold: no gaps,
+    consuming, and at or past every counting replica's gossiped base end and cut. It first
+    announces ``caught_up`` and promotes itself three gossip periods later if it still
+    qualifies, so the cut cannot have risen past what it holds in between.
+    """
+    part = inp.epoch.partition_of(inp.node_id)
+    if part is None or inp.node_id not in part.joining:
+        return None
+    if set(inp.fresh_states) != set(part.replicas):
+        return None
+    views = {n: s.view() for n, s in inp.fresh_states.items()}
+    cuts = [s.ust for s in inp.all_states.values()]
+    for tp, m in inp.own_maps.items():
+        need = max([inp.own_cut.get(tp, 0)] + [c.get(tp, 0) for c in cuts]
+                   + [v.base.get(tp, (0, 1 << 62))[1] for v in views.values()])
+        if m.detached or tp not in inp.consuming or m.base_end < need:
+            if inp.promoting_since is not None and m.detached:
+                return "withdraw"  # a new gap: it keeps the cut down meanwhile
+            return None
+    if inp.promoting_since is None:
+        return "announce"
+    if inp.now - inp.promoting_since < 3 * inp.period:
+        return None  # let every counting replica take the announcement into its cut first
+    return "promote"
+
+
+def promoted_epoch(epoch: Epoch, node_id: str) -> Epoch:
+    """The successor epoch in which joining ``node_id`` counts."""
+    part = epoch.partition_of(node_id)
+    parts = tuple(Partition(p.name, p.log_partitions, p.replicas + (node_id,),
+                            tuple(j for j in p.joining if j != node_id))
+                  if p is part else p for p in epoch.partitions)
+    return epoch.successor(partitions=parts, reason=f"{node_id} caught up")

@@ -1,4 +1,4 @@
-"""Prometheus metrics of a replica node (its own registry, served on loopback)."""
+"""Prometheus metrics of a replica node (its own registry, served on a configured address)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ class NodeMetrics:
                            registry=r).labels(node_id)
         self.port = 0
 
-    def serve(self, port: int = 0) -> int:
-        """Serve ``/metrics`` on 127.0.0.1 (port 0 = any free one); returns the port."""
-        server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int = 0, host: str = "127.0.0.1") -> int:
+        """Serve ``/metrics`` on ``host`` (port 0 = any free one); returns the port."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
         self.port = server.server_address[1]
         return self.port

@@ -19,20 +19,21 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
-from gossip.exchange import Peers, decode_state, encode_state, gossip_round, state_maps, state_view
 from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
 from gossip.missing import unrecoverable
+from gossip.node_state import NodeState, PartitionRanges
+from gossip.service import ReplicaClient, gossip_round, pack_records, start_server
 from gossip.stable_cut import HoldTracker, cut_holders, stable_cut, stable_cut_ms
 from log.exceptions import TidemarkError
+from log.offsets import end_offsets
 from replica.backfill import Backfiller
 from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
-from replica.grpc_server import pack_records, start_server
 from replica.ingest import TOPICS, Ingestor
-from replica.membership import maybe_promote, rejoin_if_new_store
+from replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
 from replica.metrics import NodeMetrics
 from replica.release_policy import release
-from replica.status import build_status
+from replica.status import StatusSnapshot, build_status
 from replica.store import Store
 
 __all__ = ["Node", "genesis_epoch"]
@@ -56,18 +57,19 @@ class Node:
         self.period = cf.gossip_interval_ms / 1000
         self.lock = threading.RLock()
         self.stopping = threading.Event()
-        self.states: dict[str, dict[str, Any]] = {}
+        self.states: dict[str, NodeState] = {}
         self.last_seen: dict[str, float] = {}
         self.ust: dict[str, int] = {}
         self.ust_ms = 0
         self.gc_point: dict[str, int] = {}
         self.pins: dict[str, dict[str, int]] = {}
         self.tracker = HoldTracker()
-        self.held: dict | None = None
+        self.held: dict[str, Any] | None = None
+        self.log_end: dict[str, int] = {}
         self.removed = False
         self.promoting_since: float | None = None
         self._mine = b""
-        self.peers = Peers()
+        self.peers = ReplicaClient()
         self.pool = ThreadPoolExecutor(max_workers=8)
 
     # ---- startup ---------------------------------------------------------------------------
@@ -92,16 +94,15 @@ class Node:
             raise ClusterConfigError(f"node {self.node_id!r} is not in cluster config epoch "
                                      f"{epoch.epoch if epoch else 0} (nodes: {known})")
         self.epoch = epoch
-        rejoin_if_new_store(self)
-        saved = self.store.db.get(b"Xcut")
-        if saved:
-            doc = json.loads(saved)
+        self._rejoin_if_new_store()
+        doc = self.store.load_cut()
+        if doc:
             self.ust, self.gc_point, self.ust_ms = doc["ust"], doc["gc"], doc.get("ust_ms", 0)
         self.metrics = NodeMetrics(self.node_id)
         spec = self.cf.nodes.get(self.node_id)
-        self.metrics.serve(spec.metrics_port if spec else 0)
+        self.metrics.serve(spec.metrics_port if spec else 0, host=self.cf.metrics_host)
         self.ingest = Ingestor(self.settings, self.store, self.node_id, sync=self.cf.sync_writes)
-        self.ingest.assign(epoch.partition_of(self.node_id).log_partitions)
+        self.ingest.assign(self._partition().log_partitions)
         self.backfiller = Backfiller(self.store, self.peers)
         self._publish()
         self.server = start_server(epoch.nodes[self.node_id], {
@@ -109,7 +110,7 @@ class Node:
             "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin})
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
         log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
-                 epoch.epoch, epoch.partition_of(self.node_id).log_partitions, self.metrics.port)
+                 epoch.epoch, self._partition().log_partitions, self.metrics.port)
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT or removal from the config; returns an exit code."""
@@ -153,9 +154,44 @@ class Node:
             self._publish()
             self._recompute()
             self._repair()
-            maybe_promote(self)
+            self._consider_promotion()
         except (KafkaException, TimeoutError, TidemarkError) as exc:  # retried next period
             log.warning("periodic work failed, will retry: %s", exc)
+
+    def _rejoin_if_new_store(self) -> None:
+        part = self.epoch.partition_of(self.node_id)
+        has_data = bool(self.store.created and part is not None and any(
+            end_offsets(self.settings, "txlog", part.log_partitions).values()))
+        successor = rejoin_epoch(self.epoch, self.node_id, self.store.created, has_data)
+        if successor is None:
+            return
+        log.warning("store of %s is new: rejoining as a joining replica", self.node_id)
+        append_epoch(self.settings, successor)
+        self.epoch = self.config.read_to_end() or self.epoch
+
+    def _consider_promotion(self) -> None:
+        part = self.epoch.partition_of(self.node_id)
+        if part is None or self.node_id not in part.joining:
+            return
+        now = time.monotonic()
+        with self.lock:
+            fresh = {n: self.states[n] for n in part.replicas if n in self.states
+                     and now - self.last_seen.get(n, -1e9) < self.cf.down_after_ms / 1000}
+            inp = PromotionInput(
+                self.node_id, self.epoch, fresh, dict(self.states), dict(self.ust),
+                {f"{t}/{k}": self.store.map(t, k) for k in part.log_partitions for t in TOPICS},
+                frozenset(self.ingest.high), self.promoting_since, now, self.period)
+        action = promotion_step(inp)
+        if action == "announce":
+            self.promoting_since = now  # counted toward the cut from now on
+            log.warning("%s caught up; announcing it before promotion", self.node_id)
+        elif action == "withdraw":
+            self.promoting_since = None
+        elif action == "promote":
+            log.warning("caught up: promoting %s to a counting replica of %s", self.node_id,
+                        part.name)
+            append_epoch(self.settings, promoted_epoch(self.epoch, self.node_id))
+            self._follow_config()
 
     def _follow_config(self) -> None:
         new = self.config.poll()
@@ -176,8 +212,16 @@ class Node:
         elif sorted(part.log_partitions) != self.ingest.partitions:
             self.ingest.assign(part.log_partitions)
 
-    def _own_state(self) -> dict[str, Any]:
+    def _partition(self) -> Partition:
+        """This node's replica partition in the current epoch (it is in the epoch while it
+        runs: removal stops it)."""
         part = self.epoch.partition_of(self.node_id)
+        if part is None:
+            raise ReplicaError(f"node {self.node_id} is not in epoch {self.epoch.epoch}")
+        return part
+
+    def _own_state(self) -> NodeState:
+        part = self._partition()
         # A joining replica announces caught_up once it is ready to be promoted; from then
         # on it counts toward the cut, so its promotion cannot make the cut cover a gap.
         joining = self.node_id in part.joining
@@ -188,49 +232,50 @@ class Node:
                 tp = f"{topic}/{k}"
                 if topic == "txlog" and m.detached:
                     caught_up = False
-                ranges.append({"topic": topic, "partition": k, "base_start": m.floor,
-                               "base_end": m.base_end, "log_end": self.ingest.high.get(tp, 0),
-                               "detached": [{"start": a, "end": b} for a, b in m.detached],
-                               "caught_up_ms": self.ingest.caught_up_ms.get(tp, 0)})
+                ranges.append(PartitionRanges(topic, k, m.floor, m.base_end,
+                                              self.ingest.high.get(tp, 0),
+                                              tuple((a, b) for a, b in m.detached),
+                                              self.ingest.caught_up_ms.get(tp, 0)))
+        owned = {r.tp for r in ranges}
         with self.lock:
             cut = local_gc_cut(self.ust, list(self.pins.values()))
-            pins = [p for pin in self.pins.values() for p in _entries(pin)]
-        return {"node_id": self.node_id, "epoch": self.epoch.epoch,
-                "timestamp_ms": int(time.time() * 1000), "caught_up": caught_up,
-                "ranges": ranges, "gc_cut": _entries({tp: o for tp, o in cut.items()
-                                                      if tp in {f"{r['topic']}/{r['partition']}"
-                                                                for r in ranges}}),
-                "pins": pins, "address": self.epoch.nodes[self.node_id], "ust": _entries(self.ust),
-                "ust_ms": self.ust_ms, "backfill": self.backfiller.status,
-                "losses": [json.dumps(e, sort_keys=True) for e in self.store.losses()]}
+            pins: dict[str, int] = {}
+            for pin in self.pins.values():
+                for tp, o in pin.items():
+                    pins[tp] = min(o, pins.get(tp, o))
+        return NodeState(self.node_id, self.epoch.epoch, int(time.time() * 1000), caught_up,
+                         tuple(ranges), {tp: o for tp, o in cut.items() if tp in owned}, pins,
+                         self.epoch.nodes[self.node_id], dict(self.ust), self.ust_ms,
+                         self.backfiller.status,
+                         tuple(json.dumps(e, sort_keys=True) for e in self.store.losses()))
 
     def _publish(self) -> None:
         state = self._own_state()
         with self.lock:
             self.states[self.node_id] = state
             self.last_seen[self.node_id] = time.monotonic()
-            self._mine = encode_state(state)
+            self._mine = state.encode()
 
     def _recompute(self) -> None:
         with self.lock:
-            views = {n: state_view(s) for n, s in self.states.items()}
+            views = {n: s.view() for n, s in self.states.items()}
             owners = self.epoch.owners()
             for p in self.epoch.partitions:
                 for j in p.joining:
-                    if self.states.get(j, {}).get("caught_up"):
+                    joiner = self.states.get(j)
+                    if joiner is not None and joiner.caught_up:
                         for k in p.log_partitions:
                             owners[f"txlog/{k}"].append(j)
             adopted = dict(self.ust)
             for s in self.states.values():  # every node's cut is honest, so the max is too
-                for e in s.get("ust", []):
-                    tp = f"{e['topic']}/{e['partition']}"
+                for tp, o in s.ust.items():
                     if tp in owners:
-                        adopted[tp] = max(adopted.get(tp, 0), e["offset"])
+                        adopted[tp] = max(adopted.get(tp, 0), o)
             ust = stable_cut(owners, views, adopted)
             ust_ms = stable_cut_ms(owners, views, self.ust_ms)
             gc_cuts = {n: v.gc_cut for n, v in views.items()}
             gc = cluster_gc_point(owners, gc_cuts, ust, self.gc_point)
-            log_end = {}
+            log_end: dict[str, int] = {}
             for v in views.values():
                 for tp, end in v.log_end.items():
                     log_end[tp] = max(log_end.get(tp, 0), end)
@@ -239,8 +284,7 @@ class Node:
             changed = ust != self.ust or gc != self.gc_point
             self.ust, self.gc_point, self.ust_ms, self.log_end = ust, gc, ust_ms, log_end
         if changed:
-            self.store.db.put(b"Xcut", json.dumps({"ust": ust, "gc": gc, "ust_ms": ust_ms})
-                              .encode())
+            self.store.save_cut(ust, gc, ust_ms)
         m = self.metrics
         m.epoch.set(self.epoch.epoch)
         for tp, o in ust.items():
@@ -254,9 +298,9 @@ class Node:
 
     def _repair(self) -> None:
         """Backfill gaps from peers; splice ranges that nobody can have (missing data)."""
-        part = self.epoch.partition_of(self.node_id)
+        part = self._partition()
         with self.lock:
-            maps = {n: state_maps(s) for n, s in self.states.items()}
+            maps = {n: s.maps() for n, s in self.states.items()}
             fresh = {n for n, t in self.last_seen.items()
                      if time.monotonic() - t < self.cf.down_after_ms / 1000}
         addresses = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id and n in fresh}
@@ -314,26 +358,36 @@ class Node:
             gossip_round(self.peers, mine, others, self._receive, max(0.5, self.period * 2),
                          self.pool)
 
-    def _receive(self, state: dict[str, Any]) -> None:
-        node = state["node_id"]
+    def _receive(self, state: NodeState) -> None:
+        node = state.node_id
         with self.lock:
             if node == self.node_id or node not in self.epoch.nodes:
                 return  # removed nodes are no longer listened to
             old = self.states.get(node)
-            if old is None or old["timestamp_ms"] <= state["timestamp_ms"]:
+            if old is None or old.timestamp_ms <= state.timestamp_ms:
                 self.states[node] = state
             self.last_seen[node] = time.monotonic()
 
     # ---- RPC handlers ----------------------------------------------------------------------
     def rpc_gossip(self, body: bytes) -> bytes:
         """Push-pull: take the caller's state, answer with ours."""
-        self._receive(decode_state(body))
+        self._receive(NodeState.decode(body))
         with self.lock:
             return self._mine
 
     def rpc_status(self, body: bytes) -> bytes:
         """The ``replica status --json`` document."""
-        return json.dumps(build_status(self)).encode()
+        return json.dumps(build_status(self.snapshot())).encode()
+
+    def snapshot(self) -> StatusSnapshot:
+        """What the node knows now, for the status document."""
+        now = time.monotonic()
+        with self.lock:
+            return StatusSnapshot(
+                self.node_id, self.epoch, dict(self.states),
+                {n: now - t for n, t in self.last_seen.items()}, self.cf.down_after_ms / 1000,
+                dict(self.ust), self.ust_ms, dict(self.gc_point), dict(self.log_end),
+                dict(self.held) if self.held else None, len(self.pins))
 
     def rpc_digest(self, body: bytes) -> bytes:
         """Digest and count of stored records in a range (backfill equality check)."""
@@ -367,10 +421,3 @@ class Node:
         """``{pin}`` -> ``{released}``."""
         return json.dumps({"released": self.unpin(json.loads(body)["pin"])}).encode()
 
-
-def _entries(cut: dict[str, int]) -> list[dict[str, Any]]:
-    out = []
-    for tp, o in sorted(cut.items()):
-        topic, _, k = tp.partition("/")
-        out.append({"topic": topic, "partition": int(k), "offset": int(o)})
-    return out

@@ -8,16 +8,13 @@ released records below a lower floor, which the next pass simply passes over).
 
 from __future__ import annotations
 
-import struct
-
 from log.codec import default_codec
 from log.exceptions import CodecError
 from replica.config import ReleasePolicy
-from replica.store import Store, data_key
+from replica.store import Store, ack_key, data_key
 
 __all__ = ["release"]
 
-_H = struct.Struct(">H")
 CHUNK = 10_000  # deletions per write batch; the floor is raised with the last one
 
 
@@ -51,7 +48,7 @@ def release(store: Store, partition: int, point: int, policy: ReleasePolicy,
             peer, msg_id = rec["recipient"], rec["message_id"]
             acked = store.ack_offset(partition, peer, msg_id)
             if acked is not None and acked < point:
-                batch.delete(b"A" + _H.pack(partition) + f"{peer}\0{msg_id}".encode())
+                batch.delete(ack_key(partition, peer, msg_id))
             elif not store.purged_between(partition, peer, off, point):
                 continue
         batch.delete(data_key(partition, off))

@@ -3,49 +3,59 @@
 from __future__ import annotations
 
 import json
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-if TYPE_CHECKING:
-    from replica.node import Node
+from gossip.cluster_config import Epoch
+from gossip.node_state import NodeState
 
-__all__ = ["build_status", "render_text"]
+__all__ = ["StatusSnapshot", "build_status", "render_text"]
 
 
-def build_status(node: "Node") -> dict[str, Any]:
+@dataclass(frozen=True)
+class StatusSnapshot:
+    """What a node knows, copied under its lock: the input of :func:`build_status`."""
+
+    node_id: str
+    epoch: Epoch
+    states: Mapping[str, NodeState]
+    seen_ago_s: Mapping[str, float]       # seconds since each node was last heard from
+    down_after_s: float
+    ust: Mapping[str, int]
+    ust_ms: int
+    gc_point: Mapping[str, int]
+    log_end: Mapping[str, int]
+    held: Mapping[str, Any] | None
+    pins: int
+
+
+def build_status(snap: StatusSnapshot) -> dict[str, Any]:
     """``{epoch, nodes, ust, ust_ms, gc_point, held_back_by, loss_ledger, lag, ...}``."""
-    now = time.monotonic()
-    down_after = node.cf.down_after_ms / 1000
-    with node.lock:
-        epoch = node.epoch
-        rows, losses = [], {}
-        for nid, address in sorted(epoch.nodes.items()):
-            state = node.states.get(nid)
-            part = epoch.partition_of(nid)
-            up = nid == node.node_id or now - node.last_seen.get(nid, -1e9) < down_after
-            partitions = {}
-            for r in (state or {}).get("ranges", []):
-                partitions[f"{r['topic']}/{r['partition']}"] = {
-                    "base": [r["base_start"], r["base_end"]],
-                    "detached": [[d["start"], d["end"]] for d in r["detached"]],
-                    "log_end": r["log_end"]}
-            for raw in (state or {}).get("losses", []):
-                losses[raw] = json.loads(raw)
-            rows.append({"id": nid, "address": address, "up": up, "partitions": partitions,
-                         "partition": part.name if part else None,
-                         "role": "joining" if part and nid in part.joining else "replica",
-                         "caught_up": bool(state and state.get("caught_up")),
-                         "backfill": (state or {}).get("backfill", "")})
-        ust, gc = dict(node.ust), dict(node.gc_point)
-        log_end = dict(getattr(node, "log_end", {}))
-        held = dict(node.held) if node.held else None
-        pins = len(node.pins)
-    return {"epoch": epoch.epoch, "node": node.node_id, "nodes": rows,
-            "ust": dict(sorted(ust.items())), "ust_ms": node.ust_ms,
-            "gc_point": dict(sorted(gc.items())), "held_back_by": held,
+    rows, losses = [], {}
+    for nid, address in sorted(snap.epoch.nodes.items()):
+        state = snap.states.get(nid)
+        part = snap.epoch.partition_of(nid)
+        up = nid == snap.node_id or snap.seen_ago_s.get(nid, 1e9) < snap.down_after_s
+        partitions = {}
+        for r in state.ranges if state else ():
+            partitions[r.tp] = {"base": [r.base_start, r.base_end],
+                                "detached": [list(d) for d in r.detached],
+                                "log_end": r.log_end}
+        for raw in state.losses if state else ():
+            losses[raw] = json.loads(raw)
+        rows.append({"id": nid, "address": address, "up": up, "partitions": partitions,
+                     "partition": part.name if part else None,
+                     "role": "joining" if part and nid in part.joining else "replica",
+                     "caught_up": bool(state and state.caught_up),
+                     "backfill": state.backfill if state else ""})
+    return {"epoch": snap.epoch.epoch, "node": snap.node_id, "nodes": rows,
+            "ust": dict(sorted(snap.ust.items())), "ust_ms": snap.ust_ms,
+            "gc_point": dict(sorted(snap.gc_point.items())),
+            "held_back_by": dict(snap.held) if snap.held else None,
             "loss_ledger": sorted(losses.values(), key=lambda e: (e["detected_ms"], e["node"])),
-            "lag": {tp: max(0, log_end.get(tp, 0) - o) for tp, o in sorted(ust.items())},
-            "pins": pins}
+            "lag": {tp: max(0, snap.log_end.get(tp, 0) - o) for tp, o in sorted(snap.ust.items())},
+            "pins": snap.pins}
 
 
 def render_text(doc: dict[str, Any]) -> str:

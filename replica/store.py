@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import plyvel
 
+from gossip.interval_map import IntervalMap, record_hash
 from replica.exceptions import StoreError
-from replica.interval_map import IntervalMap, record_hash
 
-__all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name"]
+__all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name", "data_key", "data_prefix",
+           "ack_key", "ack_prefix", "purge_prefix", "queue_prefix", "progress_key"]
 
 TOPIC_CODES = {"txlog": b"t", "queues": b"q"}
 _CODE_TOPICS = {v: k for k, v in TOPIC_CODES.items()}
@@ -46,6 +47,39 @@ def _tp(topic: str, partition: int) -> bytes:
 def data_key(partition: int, offset: int) -> bytes:
     """Key of txlog record ``offset`` of ``partition``."""
     return b"Dt" + _HQ.pack(partition, offset)
+
+
+def data_prefix(partition: int) -> bytes:
+    """Prefix of every txlog record key of ``partition`` (followed by the 8-byte offset)."""
+    return b"Dt" + _H.pack(partition)
+
+
+def ack_prefix(partition: int) -> bytes:
+    """Prefix of the Ack index of ``partition`` (followed by ``peer\\0message_id``)."""
+    return b"A" + _H.pack(partition)
+
+
+def ack_key(partition: int, peer: str, message_id: str) -> bytes:
+    """Ack index key of (peer, message_id); the value is the Ack's 8-byte offset."""
+    return ack_prefix(partition) + f"{peer}\0{message_id}".encode()
+
+
+def purge_prefix(partition: int) -> bytes:
+    """Prefix of the Purge index of ``partition`` (followed by ``peer\\0`` and the offset)."""
+    return b"U" + _H.pack(partition)
+
+
+def queue_prefix(partition: int) -> bytes:
+    """Prefix of queue entries of queues partition ``partition`` (followed by the Kafka key)."""
+    return b"Q" + _H.pack(partition)
+
+
+def progress_key(partition: int) -> bytes:
+    """Key of the last QueueProgress of queues partition ``partition``."""
+    return b"R" + _H.pack(partition)
+
+
+_CUT_KEY = b"Xcut"
 
 
 @dataclass(frozen=True)
@@ -198,13 +232,13 @@ class Store:
 
     def ack_offset(self, partition: int, peer: str, message_id: str) -> int | None:
         """Offset of the Ack of (peer, message_id), if applied."""
-        raw = self.db.get(b"A" + _H.pack(partition) + f"{peer}\0{message_id}".encode())
+        raw = self.db.get(ack_key(partition, peer, message_id))
         return _Q.unpack(raw)[0] if raw else None
 
     def purged_between(self, partition: int, peer: str, after: int, before: int) -> bool:
         """Whether a Purge of ``peer`` was applied at an offset in ``(after, before)``."""
-        prefix = b"U" + _H.pack(partition) + peer.encode() + b"\0"
-        for key in self.db.iterator(start=prefix + _Q.pack(after + 1),
+        prefix = purge_prefix(partition) + peer.encode() + b"\0"
+        for _ in self.db.iterator(start=prefix + _Q.pack(after + 1),
                                     stop=prefix + _Q.pack(max(after + 1, before)),
                                     include_value=False):
             return True
@@ -212,9 +246,19 @@ class Store:
 
     def queue_entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """``(kafka key, QueueEntry bytes)`` of queues partition ``partition``."""
-        prefix = b"Q" + _H.pack(partition)
+        prefix = queue_prefix(partition)
         for key, value in self.db.iterator(prefix=prefix):
             yield key[len(prefix):], value
+
+    # ---- the node's last cut ------------------------------------------------------------------
+    def load_cut(self) -> dict | None:
+        """The cut and GC point saved by :meth:`save_cut` (``{ust, gc, ust_ms}``), if any."""
+        raw = self.db.get(_CUT_KEY)
+        return json.loads(raw) if raw else None
+
+    def save_cut(self, ust: dict[str, int], gc: dict[str, int], ust_ms: int) -> None:
+        """Persist the node's stable cut and GC point (they only rise across restarts)."""
+        self.db.put(_CUT_KEY, json.dumps({"ust": ust, "gc": gc, "ust_ms": ust_ms}).encode())
 
     # ---- loss ledger -----------------------------------------------------------------------
     def losses(self) -> list[dict]:
@@ -234,9 +278,9 @@ class Store:
         """Forget queues partition ``partition`` (index, progress, map, position) in one batch,
         so it is rebuilt from a full read of the partition."""
         wb = self.db.write_batch()
-        for key in self.db.iterator(prefix=b"Q" + _H.pack(partition), include_value=False):
+        for key in self.db.iterator(prefix=queue_prefix(partition), include_value=False):
             wb.delete(key)
-        wb.delete(b"R" + _H.pack(partition))
+        wb.delete(progress_key(partition))
         wb.delete(b"M" + _tp("queues", partition))
         wb.delete(b"P" + _tp("queues", partition))
         wb.write()

@@ -14,7 +14,7 @@ from log.settings import load_settings
 
 
 def status() -> dict:
-    out = subprocess.run([sys.executable, "-m", "log.console", "replica", "status", "--json"],
+    out = subprocess.run([sys.executable, "-m", "tidemark", "replica", "status", "--json"],
                          capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else {}
 

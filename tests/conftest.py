@@ -9,16 +9,15 @@ the end. Tests that kill brokers use ``private_stack`` instead so they never dis
 from __future__ import annotations
 
 import os
-import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from log.local_cluster import LocalStack
 from log.settings import Settings, load_settings
 from log.topics import ensure_topics
+from tidemark.stack.launcher import LocalStack
 
 
 @pytest.fixture(scope="session")

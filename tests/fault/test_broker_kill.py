@@ -10,10 +10,10 @@ import pytest
 from log.codec import default_codec
 from log.consumer import read_to_end
 from log.exceptions import DeliveryError, UnderReplicatedError
-from log.local_cluster import LocalStack
 from log.producer import LogProducer
 from log.topics import check_replication
 from tests.support import wait_for
+from tidemark.stack.launcher import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 

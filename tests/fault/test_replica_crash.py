@@ -14,9 +14,9 @@ import pytest
 from log.consumer import LogConsumer
 from log.offsets import end_offsets
 from log.producer import LogProducer
-from replica.local import plan
 from replica.store import Store
 from tests.support import wait_for
+from tidemark.stack.replicas import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_replica_support import ends, replica_stack, status  # noqa: E402

@@ -1,6 +1,6 @@
 """kill -9 of the queues job mid-stream: restarted from its checkpoint, it converges exactly.
 
-The job runs as the local stack's ``spark`` process (``spark_streaming.local.plan``), in a
+The job runs as the local stack's ``spark`` process (``tidemark.stack.spark.plan``), in a
 stack folder of this test's own that points at the session's cluster, so ``LocalStack.kill``
 and ``status`` are exercised as ``tidemark local kill spark`` / ``local status`` use them.
 """
@@ -10,19 +10,18 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from log.load import generate_load
-from log.local_cluster import LocalStack
-from log.topics import ensure_topics
+from log.topics import delete_topic_set, ensure_topics
 from spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
-from spark_streaming.local import plan
-from log.topics import delete_topic_set
 from spark_streaming.runner import expected_queues
 from tests.support import wait_for
+from tidemark.stack.launcher import LocalStack
+from tidemark.stack.spark import plan
 
 pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(420)]
 

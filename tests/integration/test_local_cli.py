@@ -12,9 +12,9 @@ import pytest
 
 from log.codec import default_codec
 from log.consumer import read_to_end
-from log.local_cluster import LocalStack
-from log.processes import is_alive
 from log.topics import describe_topics
+from tidemark.stack.launcher import LocalStack
+from tidemark.stack.processes import is_alive
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 def tidemark(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_BOOTSTRAP"}
     env["TIDEMARK_STATE_DIR"] = str(state)
-    proc = subprocess.run([sys.executable, "-m", "log.console", *args], env=env,
+    proc = subprocess.run([sys.executable, "-m", "tidemark", *args], env=env,
                           capture_output=True, text=True, timeout=600)
     if check:
         assert proc.returncode == 0, proc.stderr

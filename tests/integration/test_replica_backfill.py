@@ -10,17 +10,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from gossip.exchange import Peers
-from log.load import generate_load
-from log.local_cluster import ProcessSpec
-from log.offsets import delete_records
-from log.processes import free_ports
-from replica.config import load_cluster_file
-from replica.grpc_server import unpack_records
-from replica.local import CONFIG_NAME, plan
-from tests.support import wait_for
 from test_replica_support import ends, replica_stack, status, txlog_ust
+
+from gossip.service import ReplicaClient as Peers
+from gossip.service import unpack_records
+from log.load import generate_load
+from log.offsets import delete_records
+from replica.config import load_cluster_file
+from tests.support import wait_for
+from tidemark.stack.launcher import ProcessSpec
+from tidemark.stack.processes import free_ports
+from tidemark.stack.replicas import CONFIG_NAME, plan
 
 pytestmark = pytest.mark.integration
 HOUR = 3_600_000
@@ -112,12 +112,12 @@ def test_add_node_joins_backfills_and_counts_then_remove_node(bootstrap: str,
         delete_records(settings, "txlog", {int(tp[6:]): o - 100 for tp, o in first.items()})
 
         port = free_ports(1)[0]
-        cli = [sys.executable, "-m", "log.console", "cluster"]
+        cli = [sys.executable, "-m", "tidemark", "cluster"]
         out = subprocess.run(cli + ["add-node", "p0r2", "--partition", "p0", "--address",
                                     f"127.0.0.1:{port}", "--config", config],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        stack.ensure(ProcessSpec("p0r2", "replica", [sys.executable, "-m", "log.console",
+        stack.ensure(ProcessSpec("p0r2", "replica", [sys.executable, "-m", "tidemark",
                                                      "replica", "run", "--config", config,
                                                      "--node", "p0r2"],
                                  f"127.0.0.1:{port}", ready_port=port), 60)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "log.console", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tidemark", *args], capture_output=True,
                           text=True, timeout=60)
 
 

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from test_replica_support import ends, replica_stack, status, txlog_ust
 
 from log.codec import default_codec
 from log.consumer import LogConsumer
 from log.load import generate_load
 from log.offsets import end_offsets
-from replica.local import CONFIG_NAME
 from tests.support import wait_for
-from test_replica_support import ends, replica_stack, status, txlog_ust
+from tidemark.stack.replicas import CONFIG_NAME
 
 pytestmark = pytest.mark.integration
 P0 = ("txlog/0", "txlog/2")  # owned by p0r0 and p0r1 (k mod 2 == 0)
@@ -27,7 +27,7 @@ P0 = ("txlog/0", "txlog/2")  # owned by p0r0 and p0r1 (k mod 2 == 0)
 
 def _tidemark(stack, *args: str) -> subprocess.CompletedProcess:
     """Run the real CLI against the test's stack (env carries bootstrap and topic prefix)."""
-    proc = subprocess.run([sys.executable, "-m", "log.console", *args, "--state-dir",
+    proc = subprocess.run([sys.executable, "-m", "tidemark", *args, "--state-dir",
                            str(stack.state_dir)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc
@@ -43,7 +43,7 @@ def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path:
         wait_for(lambda: txlog_ust(status(stack)) == target, 60, what="cut at the log ends")
 
         # the CLI answers with the documented JSON shape
-        out = subprocess.run([sys.executable, "-m", "log.console", "replica", "status", "--json",
+        out = subprocess.run([sys.executable, "-m", "tidemark", "replica", "status", "--json",
                               "--config", str(stack.state_dir / CONFIG_NAME)],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
@@ -120,7 +120,7 @@ def test_poison_record_goes_to_deadletter_and_node_continues(bootstrap: str,
 
 
 def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> None:
-    from gossip.exchange import Peers
+    from gossip.service import ReplicaClient as Peers
     from replica.config import load_cluster_file
     with replica_stack(bootstrap, tmp_path / "stack", "1x1") as stack:
         settings = stack.settings()
@@ -150,7 +150,7 @@ def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> No
         # everything was acked and old enough: released and compacted up to the GC point
         wait_for(lambda: status(stack)["nodes"][0]["partitions"]["txlog/0"]["base"][0]
                  == second["txlog/0"], 30, what="interval map compacted to the GC point")
-        from replica.grpc_server import unpack_records
+        from gossip.service import unpack_records
         peers = Peers()
         left = unpack_records(peers.call(address, "Fetch", json.dumps(
             {"partition": 0, "start": 0, "end": second["txlog/0"]}).encode(), timeout=10))

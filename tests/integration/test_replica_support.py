@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 
-from gossip.exchange import Peers
-from log.local_cluster import LocalStack
+from gossip.service import ReplicaClient as Peers
 from log.offsets import end_offsets
 from replica.config import load_cluster_file
-from replica.local import CONFIG_NAME, plan, write_cluster_file
+from tidemark.stack.launcher import LocalStack
+from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
 
 __all__ = ["replica_stack", "status", "ends", "txlog_ust"]
 

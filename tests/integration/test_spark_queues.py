@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,9 +21,8 @@ from log.consumer import LogConsumer
 from log.offsets import end_offsets
 from log.producer import LogProducer
 from log.settings import Settings, load_settings
-from log.topics import ensure_topics
+from log.topics import delete_topic_set, ensure_topics
 from spark_streaming.depth import read_queues, wait_for_progress
-from log.topics import delete_topic_set
 from spark_streaming.runner import JobProcess, expected_queues
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -49,7 +48,7 @@ def job(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def _cli(settings: Settings, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "log.console", *args, "--bootstrap",
+    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
                           settings.bootstrap, "--topic-prefix", settings.topic_prefix],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

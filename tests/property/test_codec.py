@@ -6,7 +6,8 @@ import io
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import schemas
 from log.codec import MARKER, Codec, default_codec, schema_fingerprint

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gossip.interval_map import IntervalMap
 from gossip.stable_cut import HoldTracker, ReplicaView, cut_holders, stable_cut
-from replica.interval_map import IntervalMap
 
 REPLICAS = ["r0", "r1", "r2"]
 TPS = ["txlog/0", "txlog/1"]

@@ -1,8 +1,8 @@
 """Pure missing-data and backfill-source logic."""
 
 from gossip.cluster_config import Epoch, Partition, fold, validate
+from gossip.interval_map import IntervalMap
 from gossip.missing import find_source, intersect, unrecoverable
-from replica.interval_map import IntervalMap
 
 
 def _map(base_end: int, *detached: tuple[int, int]) -> IntervalMap:

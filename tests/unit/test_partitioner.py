@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from log.jvm import jar_dir
 from log.partitioner import murmur2, partition_for, partition_for_peer

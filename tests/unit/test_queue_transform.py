@@ -8,14 +8,14 @@ import pandas as pd
 import pytest
 
 from log.codec import default_codec
-from log.exceptions import ConfigError
-from log.local_cluster import LocalStack
+from log.registry import parse_duration_ms
 from log.settings import Settings
-from spark_streaming.cli import default_checkpoint, parse_duration_ms
+from spark_streaming.checkpoint import default_checkpoint
 from spark_streaming.job import JobOptions, state_partitions
-from spark_streaming.local import plan
 from spark_streaming.queue_state import PeerState, queue_key
 from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE, process_rows
+from tidemark.stack.launcher import LocalStack
+from tidemark.stack.spark import plan
 
 C = default_codec()
 
@@ -78,7 +78,7 @@ def test_empty_frame() -> None:
 def test_durations_checkpoint_partitions_and_plan(tmp_path) -> None:
     assert parse_duration_ms("500ms") == 500 and parse_duration_ms("2s") == 2000
     assert parse_duration_ms("24h") == 86_400_000 and parse_duration_ms("250") == 250
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValueError):
         parse_duration_ms("soon")
     s = Settings(bootstrap="", topic_prefix="x.", partitions=12)
     assert default_checkpoint(s, str(tmp_path)) == tmp_path / "spark" / "x.checkpoint"

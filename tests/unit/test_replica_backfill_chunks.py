@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gossip.exchange import Peers
-from log.processes import free_ports
+from test_replica_store import ack, send
+
+from gossip.service import ReplicaClient as Peers
+from gossip.service import pack_records, start_server
 from replica.backfill import Backfiller
-from replica.grpc_server import pack_records, start_server
 from replica.ingest import index_txlog
 from replica.store import Store
-from test_replica_store import ack, send
+from tidemark.stack.processes import free_ports
 
 
 def test_backfill_skips_equal_chunks_and_copies_the_rest(tmp_path: Path) -> None:

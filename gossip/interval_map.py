@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any
 
 __all__ = ["IntervalMap", "record_hash"]
 
@@ -73,8 +74,7 @@ class IntervalMap:
     def ranges(self) -> Iterator[tuple[int, int]]:
         """Every applied range, base first (the base may be empty)."""
         yield (0, self.base_end)
-        for a, b in self.detached:
-            yield (a, b)
+        yield from ((a, b) for a, b in self.detached)
 
     # ---- updates ---------------------------------------------------------------------------
     def insert(self, start: int, end: int) -> None:
@@ -141,6 +141,6 @@ class IntervalMap:
         flat = struct.unpack_from(f">{2 * n}q", data, 20)
         return cls(base_end, floor, [[flat[2 * i], flat[2 * i + 1]] for i in range(n)])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, list[Any]]:
         """Status form: ``{"base": [floor, end], "detached": [[a, b], ...]}``."""
         return {"base": [self.floor, self.base_end], "detached": [list(r) for r in self.detached]}

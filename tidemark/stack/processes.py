@@ -7,8 +7,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 __all__ = ["free_ports", "start_detached", "is_alive", "terminate", "kill9", "wait_port"]
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from log.processes import free_ports
 from replica.config import NodeSpec, PartitionSpec, load_cluster_file, render_cluster_file
 from replica.exceptions import ClusterConfigError
-
-if TYPE_CHECKING:
-    from log.local_cluster import LocalStack, ProcessSpec
+from tidemark.stack.launcher import LocalStack, ProcessSpec
+from tidemark.stack.processes import free_ports
 
 __all__ = ["plan", "parse_layout", "write_cluster_file", "CONFIG_NAME"]
 
@@ -50,9 +47,8 @@ def write_cluster_file(path: Path, kafka: dict, layout: str, log_partitions: int
     return path
 
 
-def plan(stack: "LocalStack", layout: str) -> list["ProcessSpec"]:
+def plan(stack: LocalStack, layout: str) -> list[ProcessSpec]:
     """ProcessSpecs for the replica nodes of ``layout`` on ``stack``."""
-    from log.local_cluster import ProcessSpec
     path = stack.state_dir / CONFIG_NAME
     if not path.exists():
         s = stack.settings()
@@ -66,7 +62,7 @@ def plan(stack: "LocalStack", layout: str) -> list["ProcessSpec"]:
                                  f"({len(cf.nodes)} nodes); run `tidemark local down` and "
                                  f"remove it to change the layout")
     return [ProcessSpec(name=n.node_id, kind="replica",
-                        argv=[sys.executable, "-m", "log.console", "replica", "run",
+                        argv=[sys.executable, "-m", "tidemark", "replica", "run",
                               "--config", str(path), "--node", n.node_id],
                         address=n.address, ready_port=int(n.address.rsplit(":", 1)[1]))
             for n in cf.nodes.values()]

@@ -15,17 +15,25 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from log import jvm
+from log import jvm, registry
 from log.exceptions import ClusterLaunchError
-from log.processes import free_ports, is_alive, kill9, start_detached, terminate, wait_port
 from log.settings import Settings, default_state_dir, load_settings
 from log.topics import ensure_topics
+from tidemark.stack.processes import (
+    free_ports,
+    is_alive,
+    kill9,
+    start_detached,
+    terminate,
+    wait_port,
+)
 
 __all__ = ["ProcessSpec", "LocalStack"]
 
@@ -188,11 +196,12 @@ class LocalStack:
         self.state["bootstrap"] = ",".join(s.address for s in specs)
         return specs
 
-    def up(self, brokers: int = 3, extra: Iterable[Callable[["LocalStack"], list[ProcessSpec]]] = (),
+    def up(self, brokers: int = 3,
+           extra: Iterable[Callable[["LocalStack"], list[ProcessSpec]]] = (),
            timeout_s: float = 120.0, progress: Callable[[str], None] = lambda m: None) -> dict:
         """Start what is missing, wait until the cluster serves, create the topics."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        external = os.environ.get("TIDEMARK_BOOTSTRAP")
+        external = registry.env_value("bootstrap")
         if external and not self.processes("broker"):
             self.state["bootstrap"] = external
             self.state["external"] = True
@@ -205,7 +214,8 @@ class LocalStack:
                 before = spec.pid
                 spec = self.ensure(spec, timeout_s, wait=False)
                 progress(f"{spec.name} on {spec.address}: "
-                         + ("already running" if spec.pid == before else f"started (pid {spec.pid})"))
+                         + ("already running" if spec.pid == before
+                            else f"started (pid {spec.pid})"))
                 started.append(spec)
             deadline = time.monotonic() + timeout_s
             for spec in started:
@@ -275,7 +285,8 @@ def _server_properties(node: int, port: int, cport: int, voters: str, folder: Pa
         "num.recovery.threads.per.data.dir=1", "background.threads=4",
         "broker.heartbeat.interval.ms=500", "broker.session.timeout.ms=4000",
         "replica.lag.time.max.ms=6000", "log.cleaner.threads=1",
-        "log.cleaner.backoff.ms=2000", "share.coordinator.state.topic.replication.factor=" + str(rf),
+        "log.cleaner.backoff.ms=2000",
+        "share.coordinator.state.topic.replication.factor=" + str(rf),
         "share.coordinator.state.topic.min.isr=" + str(min(2, rf)), "",
     ])
 

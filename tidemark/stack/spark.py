@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from log.local_cluster import LocalStack, ProcessSpec
 from log.settings import load_settings
-from spark_streaming.cli import default_checkpoint
+from spark_streaming.checkpoint import default_checkpoint
+from tidemark.stack.launcher import LocalStack, ProcessSpec
 
 __all__ = ["plan"]
 
@@ -19,7 +19,7 @@ def plan(stack: LocalStack) -> list[ProcessSpec]:
     """
     state = str(stack.state_dir)
     checkpoint = default_checkpoint(load_settings(state_dir=stack.state_dir), state)
-    argv = [sys.executable, "-m", "log.console", "queues", "run", "--state-dir", state,
+    argv = [sys.executable, "-m", "tidemark", "queues", "run", "--state-dir", state,
             "--checkpoint", str(checkpoint), "--trigger", "500ms"]
     return [ProcessSpec(name="spark", kind="spark", argv=argv,
                         env={"TIDEMARK_STATE_DIR": state}, ready_port=None)]

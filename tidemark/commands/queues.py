@@ -5,48 +5,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import sys
-from pathlib import Path
-from typing import Sequence
 
-from log.cli import add_settings_args, settings_from_args
 from log.exceptions import ConfigError
-from log.settings import Settings, default_state_dir
+from spark_streaming.checkpoint import default_checkpoint
 from spark_streaming.exceptions import QueuesError
+from tidemark.options import add_settings_args, env_flag, settings_from_args
 
-__all__ = ["register", "parse_duration_ms", "default_checkpoint", "main"]
-
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_duration_ms(text: str) -> int:
-    """``500ms``, ``2s``, ``15m``, ``24h``, ``7d`` or plain milliseconds -> milliseconds."""
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", str(text))
-    if not match:
-        raise ConfigError(f"bad duration {text!r}: use e.g. 500ms, 2s, 15m, 24h")
-    return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
+__all__ = ["register"]
 
 
-def default_checkpoint(settings: Settings, state_dir: str | None) -> Path:
-    """``<state dir>/spark/<topic prefix>checkpoint``: one checkpoint per topic set."""
-    base = Path(state_dir).resolve() if state_dir else default_state_dir()
-    prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", settings.topic_prefix)
-    return base / "spark" / f"{prefix}checkpoint"
+def _duration(text: str) -> int:
+    from log.registry import parse_duration_ms
+    try:
+        return parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _run(args: argparse.Namespace) -> int:
     from spark_streaming.job import JobOptions, run_job
     settings = settings_from_args(args)
-    trigger_ms = parse_duration_ms(args.trigger)
+    trigger_ms = args.trigger
     if trigger_ms <= 0:
         raise ConfigError("--trigger must be positive")
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started our JVM
     checkpoint = args.checkpoint or str(default_checkpoint(settings, args.state_dir))
     options = JobOptions(
         checkpoint=checkpoint, trigger=f"{trigger_ms} milliseconds",
-        ack_ttl_ms=parse_duration_ms(args.ack_ttl),
-        dedup_window_ms=parse_duration_ms(args.dedup_window),
+        ack_ttl_ms=args.ack_ttl, dedup_window_ms=args.dedup_window,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         master=None if (under_submit and not args.master) else (args.master or "local[2]"),
         driver_memory=args.driver_memory, log_level=args.spark_log_level,
@@ -80,8 +66,8 @@ def _depth(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from spark_streaming.bench import bench_queues, print_report
     result = bench_queues(settings_from_args(args), transactions=args.transactions,
-                          rate=args.rate, seconds=args.seconds, trigger_ms=parse_duration_ms(
-                              args.trigger), state_dir=args.state_dir)
+                          rate=args.rate, seconds=args.seconds, trigger_ms=args.trigger,
+                          state_dir=args.state_dir)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -90,18 +76,13 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _job_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", default=os.environ.get("TIDEMARK_SPARK_CHECKPOINT"),
-                        help="checkpoint folder (default <state dir>/spark/<prefix>checkpoint)")
-    parser.add_argument("--trigger", default="500ms", help="micro-batch interval (default 500ms)")
-    parser.add_argument("--ack-ttl", default=os.environ.get("TIDEMARK_ACK_TTL", "24h"),
-                        help="how long an early ack (ack before its Send) is remembered to"
-                             " cancel the Send, in the peer's log time (default 24h)")
-    parser.add_argument("--dedup-window", default=os.environ.get("TIDEMARK_DEDUP_WINDOW", "10m"),
-                        help="how long an acked or purged id is remembered to drop a duplicate"
-                             " Send arriving later (default 10m)")
+    env_flag(parser, "--checkpoint", "spark_checkpoint")
+    parser.add_argument("--trigger", default=500, type=_duration,
+                        help="micro-batch interval (default 500ms)")
+    env_flag(parser, "--ack-ttl", "ack_ttl")
+    env_flag(parser, "--dedup-window", "dedup_window")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=200_000)
-    parser.add_argument("--master", default=os.environ.get("TIDEMARK_SPARK_MASTER"),
-                        help="Spark master (default local[2]; under spark-submit, its own)")
+    env_flag(parser, "--master", "spark_master")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--state-partitions", type=int, default=None,
                         help="state store partitions (default: txlog partitions, at most the"
@@ -134,12 +115,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="backlog size for the throughput phase")
     b.add_argument("--rate", type=int, default=2000, help="sends/s in the latency phase")
     b.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
-    b.add_argument("--trigger", default="500ms")
+    b.add_argument("--trigger", default=500, type=_duration)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m spark_streaming run ...`` (also the spark-submit entry point)."""
-    from log.console import main as console_main
-    return console_main(["queues", *(argv if argv is not None else sys.argv[1:])])

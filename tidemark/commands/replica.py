@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
-from replica.exceptions import NodeUnreachableError
+from tidemark.options import cluster_file, env_flag
 
 __all__ = ["register"]
 
@@ -25,32 +24,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import grpc
-
-    from gossip.exchange import Peers
+    from gossip.service import fetch_status
     from replica.status import render_text
     if args.address:
         addresses = [args.address]
     else:
         from replica.config import load_cluster_file
-        path = args.config or os.environ.get("TIDEMARK_CLUSTER_CONFIG")
-        if not path:
-            from log.settings import default_state_dir
-            path = str(default_state_dir() / "cluster.toml")
-        addresses = [n.address for n in load_cluster_file(path).nodes.values()]
-    peers = Peers()
-    errors = []
-    try:
-        for address in addresses:
-            try:
-                doc = json.loads(peers.call(address, "Status", b"", timeout=args.timeout))
-                break
-            except grpc.RpcError as exc:
-                errors.append(f"{address}: {exc.code().name}")
-        else:
-            raise NodeUnreachableError("no replica node answered (" + "; ".join(errors) + ")")
-    finally:
-        peers.close()
+        addresses = [n.address for n in load_cluster_file(cluster_file(args)).nodes.values()]
+    doc = fetch_status(addresses, timeout=args.timeout)
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
     return 0
 
@@ -66,22 +47,24 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     sub = replica.add_subparsers(dest="replica_command", metavar="COMMAND")
     replica.set_defaults(func=lambda a: (replica.print_help(), 2)[1])
     run = sub.add_parser("run", help="run one replica node")
-    run.add_argument("--config", required=True, help="cluster TOML")
+    env_flag(run, "--config", "config", help="cluster TOML")
     run.add_argument("--node", required=True, help="node id, e.g. p0r0")
     run.set_defaults(func=_run)
     status = sub.add_parser("status", help="nodes, epoch, interval maps, UST, GC point")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.add_argument("--config", default=None,
-                        help="cluster TOML (default: the local stack's cluster.toml)")
+    env_flag(status, "--config", "config",
+             help="cluster TOML (default: the local stack's cluster.toml)")
+    env_flag(status, "--state-dir", "state_dir")
     status.add_argument("--address", default=None, help="ask this node (HOST:PORT)")
     status.add_argument("--timeout", type=float, default=5.0)
     status.set_defaults(func=_status)
     ingest = bench.add_parser("ingest", help="node ingest rate vs plain consumer + plyvel")
     ingest.add_argument("--records", type=int, default=500_000)
-    ingest.add_argument("--config", default=None, help="TOML with a [kafka] table")
-    ingest.add_argument("--bootstrap", default=None)
+    env_flag(ingest, "--config", "config")
+    env_flag(ingest, "--bootstrap", "bootstrap")
     ingest.add_argument("--topic-prefix", default=None,
-                        help="topic prefix (default: a fresh bench-ingest-<random>. prefix, deleted after)")
+                        help="topic prefix (default: a fresh bench-ingest-<random>. prefix,"
+                             " deleted after)")
     ingest.add_argument("--partitions", type=int, default=4)
     ingest.add_argument("--dir", default=None, help="scratch folder for the stores")
     ingest.add_argument("--json", action="store_true")

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
+from pathlib import Path
 
 from gossip.exceptions import EpochError
+from log.settings import Settings, load_settings
+from tidemark.options import cluster_file, env_flag
+from tidemark.stack import LocalStack
 
 __all__ = ["register"]
 
 
-def _settings(args: argparse.Namespace):
-    from log.settings import default_state_dir, load_settings
-    path = args.config or os.environ.get("TIDEMARK_CLUSTER_CONFIG")
-    if not path and (default_state_dir() / "cluster.toml").exists():
-        path = str(default_state_dir() / "cluster.toml")
-    return load_settings(path, bootstrap=args.bootstrap)
+def _settings(args: argparse.Namespace) -> Settings:
+    path: str | None = cluster_file(args)
+    if not args.config and not Path(str(path)).exists():
+        path = None
+    return load_settings(path, state_dir=args.state_dir, bootstrap=args.bootstrap or None)
 
 
 def _current(settings):
@@ -63,16 +65,14 @@ def _remove(args: argparse.Namespace) -> int:
     nodes = {n: a for n, a in epoch.nodes.items() if n != args.node_id}
     code = _commit(settings, epoch.successor(nodes=nodes, partitions=parts,
                                              reason=f"remove {args.node_id}"))
-    _forget_locally(args.node_id)
+    _forget_locally(args.state_dir, args.node_id)
     return code
 
 
-def _forget_locally(node_id: str) -> None:
+def _forget_locally(state_dir: str, node_id: str) -> None:
     """If the local stack runs this node, stop tracking it so `local up` won't restart it."""
-    from log.local_cluster import LocalStack
-    from log.settings import default_state_dir
-    if (default_state_dir() / "state.json").exists():
-        LocalStack(default_state_dir()).forget(node_id)
+    if (Path(state_dir) / "state.json").exists():
+        LocalStack(state_dir).forget(node_id)
 
 
 def _add(args: argparse.Namespace) -> int:
@@ -105,9 +105,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     cluster.set_defaults(func=lambda a: (cluster.print_help(), 2)[1])
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", default=None,
-                       help="cluster TOML (default: the local stack's cluster.toml)")
-        p.add_argument("--bootstrap", default=None)
+        env_flag(p, "--config", "config",
+                 help="cluster TOML (default: the local stack's cluster.toml)")
+        env_flag(p, "--bootstrap", "bootstrap")
+        env_flag(p, "--state-dir", "state_dir")
 
     rm = sub.add_parser("remove-node", help="append an epoch without the node")
     rm.add_argument("node_id")

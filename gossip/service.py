@@ -1,0 +1,145 @@
+"""The replica service ``tidemark.Replica`` over gRPC, both sides, without protoc.
+
+Methods carry raw bytes: ``Gossip`` takes and returns a NodeState (Avro single-object bytes);
+``Status``, ``Digest``, ``Pin`` and ``Unpin`` take and return JSON; ``Fetch`` returns a
+compact record list (:func:`pack_records`). Replica nodes serve it with :func:`start_server`;
+nodes, the CLI and peers call it through :class:`ReplicaClient`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from gossip.exceptions import GossipError, NodeUnreachableError
+from gossip.node_state import NodeState
+
+__all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
+           "unpack_records", "gossip_round", "fetch_status", "MAX_MESSAGE_BYTES"]
+
+log = logging.getLogger(__name__)
+SERVICE = "tidemark.Replica"
+MAX_MESSAGE_BYTES = 64 << 20
+_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+_REC = struct.Struct(">QI")
+
+
+def method_path(name: str) -> str:
+    """Full gRPC method path of ``name``."""
+    return f"/{SERVICE}/{name}"
+
+
+def pack_records(records: Iterable[tuple[int, bytes]]) -> bytes:
+    """Encode ``(offset, value)`` pairs for ``Fetch``."""
+    out = bytearray()
+    for off, value in records:
+        out += _REC.pack(off, len(value))
+        out += value
+    return bytes(out)
+
+
+def unpack_records(data: bytes) -> list[tuple[int, bytes]]:
+    """Inverse of :func:`pack_records`."""
+    out, pos = [], 0
+    while pos < len(data):
+        off, n = _REC.unpack_from(data, pos)
+        pos += _REC.size
+        out.append((off, data[pos:pos + n]))
+        pos += n
+    return out
+
+
+class ReplicaClient:
+    """A cache of gRPC channels by address, and raw-bytes unary calls to replica nodes."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def call(self, address: str, name: str, body: bytes, timeout: float = 2.0) -> bytes:
+        """Call method ``name`` on ``address``; raises ``grpc.RpcError`` on failure."""
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = self._channels[address] = grpc.insecure_channel(address,
+                                                                           options=_OPTIONS)
+        return channel.unary_unary(method_path(name))(body, timeout=timeout)
+
+    def call_json(self, address: str, name: str, body: Mapping[str, Any],
+                  timeout: float = 5.0) -> Any:
+        """A JSON-bodied call."""
+        return json.loads(self.call(address, name, json.dumps(body).encode(), timeout))
+
+    def close(self) -> None:
+        """Close every channel."""
+        with self._lock:
+            for channel in self._channels.values():
+                channel.close()
+            self._channels.clear()
+
+
+def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
+                 workers: int = 8) -> grpc.Server:
+    """Serve ``handlers`` (method name -> bytes handler) on ``address``."""
+    def wrap(fn: Callable[[bytes], bytes]) -> grpc.RpcMethodHandler:
+        def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                return fn(request)
+            except Exception as exc:  # report, never kill the server thread
+                log.warning("rpc failed: %s", exc)
+                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+                raise  # unreachable: abort raises
+        return grpc.unary_unary_rpc_method_handler(handle)
+    server = grpc.server(ThreadPoolExecutor(max_workers=workers),
+                         options=[("grpc.so_reuseport", 0), *_OPTIONS])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        SERVICE, {name: wrap(fn) for name, fn in handlers.items()}),))
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
+    if not port:
+        raise GossipError(f"cannot listen on {address} (in use or not a local address)")
+    server.start()
+    return server
+
+
+def gossip_round(client: ReplicaClient, mine: bytes, addresses: Mapping[str, str],
+                 on_state: Callable[[NodeState], None], timeout: float,
+                 pool: ThreadPoolExecutor) -> dict[str, bool]:
+    """Push ``mine`` to every address and feed each reply to ``on_state``; returns
+    ``{node: answered}``."""
+    def one(node: str, address: str) -> bool:
+        try:
+            on_state(NodeState.decode(client.call(address, "Gossip", mine, timeout)))
+            return True
+        except grpc.RpcError as exc:
+            log.debug("gossip to %s at %s failed: %s", node, address, exc.code())
+        except Exception as exc:  # a bad reply must not stop gossip with the others
+            log.warning("gossip reply from %s unusable: %s", node, exc)
+        return False
+    futures = {n: pool.submit(one, n, a) for n, a in addresses.items()}
+    return {n: f.result() for n, f in futures.items()}
+
+
+def fetch_status(addresses: Iterable[str], timeout: float = 5.0) -> dict[str, Any]:
+    """The status document of the first node that answers; raises :class:`GossipError`
+    naming every address that did not."""
+    client, errors = ReplicaClient(), []
+    try:
+        for address in addresses:
+            try:
+                return dict(json.loads(client.call(address, "Status", b"", timeout=timeout)))
+            except grpc.RpcError as exc:
+                errors.append(f"{address}: {exc.code().name}")
+    finally:
+        client.close()
+    raise NodeUnreachableError("no replica node answered (" + "; ".join(errors) + ")")

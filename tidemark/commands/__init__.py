@@ -1,0 +1,3 @@
+"""The subcommands of ``tidemark``, one module per area; each has ``register(commands, bench)``."""
+
+__all__: list[str] = []

@@ -1,0 +1,91 @@
+"""``tidemark local up | status | down | kill``: the local stack on loopback."""
+
+from __future__ import annotations
+
+import argparse
+
+from tidemark.exceptions import StackError
+from tidemark.options import env_flag, print_json, progress
+from tidemark.stack import LocalStack, replica_plan, spark_plan
+
+__all__ = ["register"]
+
+
+def _stack(args: argparse.Namespace) -> LocalStack:
+    return LocalStack(args.state_dir)
+
+
+def _plans(args: argparse.Namespace) -> list:
+    plans = []
+    if args.replicas:
+        layout = args.replicas
+        plans.append(lambda stack: replica_plan(stack, layout))
+    if args.spark:
+        plans.append(spark_plan)
+    return plans
+
+
+def _local_up(args: argparse.Namespace) -> int:
+    if args.brokers < 1:
+        raise StackError("--brokers must be at least 1")
+    status = _stack(args).up(brokers=args.brokers, extra=_plans(args),
+                             timeout_s=args.timeout, progress=progress)
+    if args.json:
+        print_json(status)
+    else:
+        print(f"bootstrap: {status['bootstrap']}")
+    return 0
+
+
+def _local_status(args: argparse.Namespace) -> int:
+    status = _stack(args).status()
+    if args.json:
+        print_json(status)
+        return 0
+    print(f"state dir: {status['state_dir']}")
+    print(f"bootstrap: {status['bootstrap'] or '(not started)'}")
+    rows = [(f"broker-{b['id']}", b) for b in status["brokers"]]
+    rows += [(r["id"], r) for r in status["replicas"]]
+    if status["spark"]:
+        rows.append(("spark", {**status["spark"], "address": "-"}))
+    for name, row in rows:
+        print(f"  {name:<10} {row['address'] or '-':<22} pid {row['pid'] or '-':<8} "
+              f"{'up' if row['up'] else 'DOWN'}")
+    return 0
+
+
+def _local_down(args: argparse.Namespace) -> int:
+    stopped = _stack(args).down(grace_s=args.grace)
+    print(f"stopped: {', '.join(stopped) or 'nothing'}")
+    return 0
+
+
+def _local_kill(args: argparse.Namespace) -> int:
+    pid = _stack(args).kill(args.name)
+    print(f"killed {args.name} (pid {pid}) with SIGKILL")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add ``local``."""
+    local = commands.add_parser("local",
+                                help="the local stack on loopback (Kafka, replicas, Spark)")
+    sub = local.add_subparsers(dest="local_command", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="start what is missing; create the topics")
+    env_flag(up, "--brokers", "brokers")
+    env_flag(up, "--replicas", "replicas")
+    up.add_argument("--spark", action="store_true", help="also run the Spark queues job")
+    up.add_argument("--timeout", type=float, default=180.0)
+    up.add_argument("--json", action="store_true")
+    up.set_defaults(func=_local_up)
+    status = sub.add_parser("status", help="each process, its address, pid and liveness")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_local_status)
+    down = sub.add_parser("down", help="stop everything the stack started")
+    down.add_argument("--grace", type=float, default=20.0, help="seconds before SIGKILL")
+    down.set_defaults(func=_local_down)
+    kill = sub.add_parser("kill", help="SIGKILL one process (broker-1, p0r1, spark)")
+    kill.add_argument("name")
+    kill.set_defaults(func=_local_kill)
+    for p in (up, status, down, kill):
+        env_flag(p, "--state-dir", "state_dir")

@@ -1,0 +1,102 @@
+"""``tidemark topics``, ``tidemark load`` and ``tidemark bench produce``: the log component."""
+
+from __future__ import annotations
+
+import argparse
+
+from log.exceptions import ConfigError
+from tidemark.options import add_settings_args, print_json, progress, settings_from_args
+
+__all__ = ["register"]
+
+
+def _load(args: argparse.Namespace) -> int:
+    from log.load import generate_load, stderr_progress
+    if args.peers < 1 or args.messages < 0:
+        raise ConfigError("--peers must be >= 1 and --messages >= 0")
+    if not 0.0 <= args.ack_ratio <= 1.0:
+        raise ConfigError("--ack-ratio must be between 0 and 1")
+    result = generate_load(settings_from_args(args), peers=args.peers, messages=args.messages,
+                           ack_ratio=args.ack_ratio, payload_bytes=args.payload_bytes,
+                           seed=args.seed, progress=stderr_progress("load"))
+    if args.json:
+        print_json(result.summary())
+    else:
+        rate = result.sent / result.seconds if result.seconds else 0.0
+        print(f"sent {result.sent} messages to {len(result.peers)} peers, acked {result.acked}"
+              f" ({rate:,.0f} sends/s)")
+        print("txlog end offsets: " + " ".join(f"{p}:{o}" for p, o in result.end_offsets.items()))
+    return 0
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    from log.topics import check_replication, ensure_topics
+    settings = settings_from_args(args)
+    created = ensure_topics(settings, timeout_s=args.timeout)
+    check_replication(settings, allow_under_replicated=args.allow_under_replicated)
+    print(f"created: {', '.join(created) or 'nothing (all exist)'}")
+    return 0
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    from log.topics import describe_topics
+    info = describe_topics(settings_from_args(args))
+    if args.json:
+        print_json(info)
+        return 0
+    for name, row in info.items():
+        print(f"{name:<28} partitions {row['partitions']:<3} rf {row['replication_factor']} "
+              f"min.isr {row['min.insync.replicas']} smallest isr {row['min_isr']} "
+              f"{row['cleanup.policy']}")
+    return 0
+
+
+def _bench_produce(args: argparse.Namespace) -> int:
+    from log.bench_produce import bench_produce
+    result = bench_produce(settings_from_args(args), messages=args.messages,
+                           payload_bytes=args.payload_bytes, rounds=args.rounds,
+                           progress=progress)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"raw confluent-kafka producer : {result['raw_msgs_per_s']:>10,} msg/s")
+        print(f"tidemark LogProducer         : {result['log_msgs_per_s']:>10,} msg/s")
+        verdict = "meets" if result["ratio"] >= result["target_ratio"] else "BELOW"
+        print(f"ratio                        : {result['ratio']:>10.3f}  ({verdict} target"
+              f" >= {result['target_ratio']}; {result['messages']:,} msgs of"
+              f" {result['record_bytes']} bytes, acks=all, RF=3, median of {result['rounds']})")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add ``topics``, ``load`` and ``bench produce``."""
+    topics = commands.add_parser("topics", help="create or describe the five topics on any cluster")
+    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    create = tsub.add_parser("create", help="create missing topics with the durable defaults")
+    create.add_argument("--timeout", type=float, default=120.0)
+    create.add_argument("--allow-under-replicated", action="store_true",
+                        help="do not refuse when txlog has fewer in-sync replicas than its RF")
+    create.set_defaults(func=_topics_create)
+    describe = tsub.add_parser("describe", help="partitions, replication and ISR per topic")
+    describe.add_argument("--json", action="store_true")
+    describe.set_defaults(func=_topics_describe)
+    for p in (create, describe):
+        add_settings_args(p)
+
+    load = commands.add_parser("load", help="write valid txlog traffic (sends and acks)")
+    add_settings_args(load)
+    load.add_argument("--peers", type=int, default=100)
+    load.add_argument("--messages", type=int, default=100_000)
+    load.add_argument("--ack-ratio", type=float, default=0.5)
+    load.add_argument("--payload-bytes", type=int, default=150)
+    load.add_argument("--seed", type=int, default=None)
+    load.add_argument("--json", action="store_true")
+    load.set_defaults(func=_load)
+
+    produce = bench.add_parser("produce", help="LogProducer vs raw confluent-kafka producer")
+    add_settings_args(produce)
+    produce.add_argument("--messages", type=int, default=200_000)
+    produce.add_argument("--payload-bytes", type=int, default=150)
+    produce.add_argument("--rounds", type=int, default=3)
+    produce.add_argument("--json", action="store_true")
+    produce.set_defaults(func=_bench_produce)

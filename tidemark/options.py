@@ -1,0 +1,103 @@
+"""Shared CLI plumbing: flags whose fallback is a declared setting, and settings from flags.
+
+:class:`EnvDefault` is bytewax's ``_EnvDefault`` pattern: a flag declared with
+``setting="name"`` takes its default from that setting's environment variable at parse time,
+and its help names the variable. A bad value (flag or variable) becomes one
+``tidemark: error:`` line, through :class:`Parser.error`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from log import registry
+from log.exceptions import ConfigError
+from log.settings import Settings, load_settings
+
+__all__ = ["Parser", "EnvDefault", "env_flag", "add_settings_args", "settings_from_args",
+           "cluster_file",
+           "print_json", "progress"]
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one ``tidemark: error:`` line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"tidemark: error: {self.prog}: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+class EnvDefault(argparse.Action):
+    """A flag whose default is its registry setting's environment variable, else its default.
+
+    The variable's text is the flag's string default, so argparse converts it with the
+    setting's parser at parse time, only for the subcommand that is run.
+    """
+
+    def __init__(self, option_strings: list[str], dest: str, setting: str,
+                 default: Any = None, help: str | None = None, **kwargs: Any) -> None:
+        self.spec = registry.setting(setting)
+        env_text = os.environ.get(self.spec.env)
+        if default is None:
+            default = self.spec.default
+        shown = default
+        if env_text:
+            default = env_text
+        kwargs.setdefault("type", self._convert)
+        suffix = f"; default {shown}" if shown not in (None, "") else ""
+        super().__init__(option_strings, dest, default=default,
+                         help=f"{help or self.spec.help} (env {self.spec.env}{suffix})", **kwargs)
+
+    def _convert(self, text: str) -> Any:
+        try:
+            return self.spec.parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+
+
+def env_flag(parser: argparse.ArgumentParser, flag: str, setting: str, **kwargs: Any) -> None:
+    """Add ``flag`` backed by registry ``setting`` (its env variable and default)."""
+    parser.add_argument(flag, action=EnvDefault, setting=setting, **kwargs)
+
+
+def add_settings_args(parser: argparse.ArgumentParser) -> None:
+    """--config / --bootstrap / --topic-prefix / --state-dir, each backed by its variable."""
+    env_flag(parser, "--config", "config")
+    env_flag(parser, "--bootstrap", "bootstrap",
+             help="Kafka bootstrap servers (default: the local stack's)")
+    env_flag(parser, "--topic-prefix", "topic_prefix")
+    env_flag(parser, "--state-dir", "state_dir")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from the shared flags (flags win over environment over the TOML file)."""
+    return load_settings(getattr(args, "config", None), state_dir=getattr(args, "state_dir", None),
+                         bootstrap=getattr(args, "bootstrap", None) or None,
+                         topic_prefix=getattr(args, "topic_prefix", None))
+
+
+def cluster_file(args: argparse.Namespace) -> str:
+    """The cluster TOML: ``--config`` (or ``TIDEMARK_CONFIG``), else the local stack's."""
+    if getattr(args, "config", None):
+        return str(args.config)
+    state = getattr(args, "state_dir", None) or registry.env_value("state_dir")
+    return str(Path(state).resolve() / "cluster.toml")
+
+
+def print_json(obj: Any) -> None:
+    """Indented JSON on stdout."""
+    print(json.dumps(obj, indent=2))
+
+
+def progress(msg: str) -> None:
+    """A progress line on stderr."""
+    print(f"tidemark: {msg}", file=sys.stderr, flush=True)
