@@ -9,12 +9,12 @@ from gossip.interval_map import IntervalMap, record_hash
 from gossip.missing import find_source, intersect, unrecoverable
 from gossip.node_state import NodeState, PartitionRanges, cut_entries, cut_from_entries
 from gossip.service import (
-                            ReplicaClient,
-                            fetch_status,
-                            gossip_round,
-                            pack_records,
-                            start_server,
-                            unpack_records,
+    ReplicaClient,
+    fetch_status,
+    gossip_round,
+    pack_records,
+    start_server,
+    unpack_records,
 )
 from gossip.stable_cut import HoldTracker, ReplicaView, cut_holders, stable_cut, stable_cut_ms
 

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# `make bench`: every benchmark on a fresh local stack, each beside its raw baseline.
+# `make bench`: every benchmark on an empty local stack of its own, each beside its raw
+# baseline. The stack lives in its own state folder (not the demo's ./.tidemark), which is
+# removed before and after, so nothing an earlier `make demo` left running is restarted.
+# Set BENCH_ARGS="--json" to get machine-readable figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=.venv/bin/tidemark
-export TIDEMARK_STATE_DIR="${TIDEMARK_STATE_DIR:-$PWD/.tidemark}"
-trap '$T local down >/dev/null' EXIT
+export TIDEMARK_STATE_DIR="$PWD/.tidemark-bench"
+unset TIDEMARK_BOOTSTRAP
+cleanup() { $T local down >/dev/null 2>&1 || true; rm -rf "$TIDEMARK_STATE_DIR"; }
+cleanup
+trap cleanup EXIT
 $T local up --brokers 3 >/dev/null
+echo "== stack: $($T local status --json | .venv/bin/python -c 'import json,sys; s=json.load(sys.stdin); print(len(s["brokers"]), "brokers,", len(s["replicas"]), "replicas, spark:", "running" if s["spark"] else "none", "- started by this bench in", s["state_dir"])')"
+echo "== machine: $(nproc) cores, load average $(cut -d" " -f1-3 /proc/loadavg)"
+echo
 echo "== bench produce (target ratio >= 0.8)"
-$T bench produce
+$T bench produce ${BENCH_ARGS:-}
 echo
 echo "== bench ingest (target >= 100k transactions/s per node)"
-$T bench ingest
+$T bench ingest ${BENCH_ARGS:-}
 echo
-echo "== bench queues (target send->queue p99 < 3 s)"
-$T bench queues
+echo "== bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)"
+$T bench queues ${BENCH_ARGS:-}
+echo
+echo "== load average after: $(cut -d" " -f1-3 /proc/loadavg)"

@@ -69,3 +69,22 @@ def test_spark_job_has_a_checkpoint_volume() -> None:
     ckpt = cmd[cmd.index("--checkpoint") + 1]
     assert any(ckpt.startswith(m.split(":")[1]) and m.split(":")[0] in COMPOSE["volumes"]
                for m in svc["volumes"])
+
+
+def test_each_replica_healthcheck_asks_its_own_node() -> None:
+    config = tomllib.loads((ROOT / "deploy" / "cluster.toml").read_text())
+    for name in REPLICAS:
+        test = SERVICES[name]["healthcheck"]["test"]
+        assert test[test.index("--address") + 1] == config["nodes"][name]["address"]
+
+
+def test_metrics_are_reachable_from_the_network_in_containers() -> None:
+    for name in REPLICAS:
+        assert SERVICES[name]["environment"]["TIDEMARK_METRICS_HOST"] == "0.0.0.0"
+
+
+def test_image_is_a_non_editable_install_without_local_state() -> None:
+    docker = (ROOT / "Dockerfile").read_text()
+    assert "pip install" in docker and " -e " not in docker and "python -m log.jvm" in docker
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", ".tidemark"} <= set(ignored)
