@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from log.exceptions import TidemarkError
 
-__all__ = ["GossipError", "EpochError", "NodeUnreachableError"]
+__all__ = ["GossipError", "EpochError", "NodeUnreachableError", "DurabilityTimeoutError"]
 
 
 class GossipError(TidemarkError):
@@ -17,3 +17,7 @@ class NodeUnreachableError(GossipError):
 
 class EpochError(GossipError):
     """A config change is invalid or lost to a competing one."""
+
+
+class DurabilityTimeoutError(GossipError):
+    """A record did not reach the requested durability level before the deadline."""

@@ -13,16 +13,18 @@ import logging
 import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import grpc
 
-from gossip.exceptions import GossipError, NodeUnreachableError
+from gossip.cluster_config import Epoch
+from gossip.exceptions import DurabilityTimeoutError, GossipError, NodeUnreachableError
 from gossip.node_state import NodeState
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
-           "unpack_records", "gossip_round", "fetch_status", "MAX_MESSAGE_BYTES"]
+           "unpack_records", "gossip_round", "fetch_status", "wait_replicated",
+           "MAX_MESSAGE_BYTES"]
 
 log = logging.getLogger(__name__)
 SERVICE = "tidemark.Replica"
@@ -143,3 +145,43 @@ def fetch_status(addresses: Iterable[str], timeout: float = 5.0) -> dict[str, An
     finally:
         client.close()
     raise NodeUnreachableError("no replica node answered (" + "; ".join(errors) + ")")
+
+
+def wait_replicated(client: ReplicaClient, epoch: Epoch, partition: int, offset: int,
+                    level: str, timeout_s: float, pool: ThreadPoolExecutor) -> list[str]:
+    """Block until txlog ``partition`` offset ``offset`` holds at ``level``; returns the nodes
+    that confirmed it.
+
+    ``quorum``: a majority of the partition's counting replicas applied it (``WaitApplied``);
+    ``all``: the universal stable cut covers it (``WaitStable``; one node's cut suffices,
+    since every node's cut is honest). Each node answers when the condition holds, so there
+    is no polling. Raises :class:`DurabilityTimeoutError` naming the partition.
+    """
+    tp = f"txlog/{partition}"
+    replicas = epoch.owners().get(tp, [])
+    if not replicas:
+        raise GossipError(f"no replica owns {tp} in epoch {epoch.epoch}")
+    method, need = (("WaitApplied", len(replicas) // 2 + 1) if level == "quorum"
+                    else ("WaitStable", 1))
+    body = json.dumps({"partition": partition, "offset": offset,
+                       "timeout_ms": int(timeout_s * 1000)}).encode()
+
+    def ask(node: str) -> str | None:
+        try:
+            reply = json.loads(client.call(epoch.nodes[node], method, body,
+                                           timeout=timeout_s + 2))
+            return node if reply.get("reached") else None
+        except grpc.RpcError:
+            return None
+    futures = [pool.submit(ask, n) for n in replicas]
+    confirmed: list[str] = []
+    for fut in as_completed(futures):
+        node = fut.result()
+        if node is not None:
+            confirmed.append(node)
+            if len(confirmed) >= need:
+                return confirmed
+    raise DurabilityTimeoutError(
+        f"{level} not reached for {tp} offset {offset} within {timeout_s:g} s: "
+        f"{len(confirmed)} of {len(replicas)} replicas ({', '.join(replicas)}) confirmed,"
+        f" {need} needed")

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +57,7 @@ class Node:
         self.cf, self.node_id, self.settings = cf, node_id, cf.settings
         self.period = cf.gossip_interval_ms / 1000
         self.lock = threading.RLock()
+        self.progress = threading.Condition()  # notified when records apply or the cut moves
         self.stopping = threading.Event()
         self.states: dict[str, NodeState] = {}
         self.last_seen: dict[str, float] = {}
@@ -107,7 +109,9 @@ class Node:
         self._publish()
         self.server = start_server(epoch.nodes[self.node_id], {
             "Gossip": self.rpc_gossip, "Status": self.rpc_status, "Digest": self.rpc_digest,
-            "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin})
+            "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin,
+            "WaitApplied": self.rpc_wait_applied, "WaitStable": self.rpc_wait_stable},
+            workers=64)
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
         log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
                  epoch.epoch, self._partition().log_partitions, self.metrics.port)
@@ -121,6 +125,9 @@ class Node:
             while not self.stopping.is_set():
                 applied = self.ingest.step(0.05)
                 self.metrics.applied.inc(applied)
+                if applied:
+                    with self.progress:
+                        self.progress.notify_all()
                 now = time.monotonic()
                 if now >= next_tick:
                     self.tick()
@@ -284,6 +291,9 @@ class Node:
             changed = ust != self.ust or gc != self.gc_point
             self.ust, self.gc_point, self.ust_ms, self.log_end = ust, gc, ust_ms, log_end
         if changed:
+            with self.progress:
+                self.progress.notify_all()
+        if changed:
             self.store.save_cut(ust, gc, ust_ms)
         m = self.metrics
         m.epoch.set(self.epoch.epoch)
@@ -394,6 +404,32 @@ class Node:
         req = json.loads(body)
         digest, count = self.store.digest(req["partition"], req["start"], req["end"])
         return json.dumps({"digest": str(digest), "count": count}).encode()
+
+    def _wait(self, body: bytes, reached: Callable[[int, int], bool]) -> bytes:
+        """Block until ``reached(partition, offset)`` or the request's deadline."""
+        req = json.loads(body)
+        k, offset = int(req["partition"]), int(req["offset"])
+        if k not in self.ingest.partitions:
+            raise ReplicaError(f"{self.node_id} does not own txlog/{k}")
+        deadline = time.monotonic() + min(float(req.get("timeout_ms", 5000)), 60_000) / 1000
+        with self.progress:
+            while not reached(k, offset) and not self.stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.progress.wait(min(left, 0.5))
+        return json.dumps({"reached": reached(k, offset), "node": self.node_id,
+                           "applied_end": self.store.map("txlog", k).base_end,
+                           "stable_end": self.ust.get(f"txlog/{k}", 0)}).encode()
+
+    def rpc_wait_applied(self, body: bytes) -> bytes:
+        """``{partition, offset, timeout_ms}`` -> ``{reached, ...}`` once this node applied
+        txlog offset ``offset`` (its contiguous base covers it) or the timeout passed."""
+        return self._wait(body, lambda k, o: self.store.map("txlog", k).base_end > o)
+
+    def rpc_wait_stable(self, body: bytes) -> bytes:
+        """Like ``WaitApplied``, until the universal stable cut covers the offset."""
+        return self._wait(body, lambda k, o: self.ust.get(f"txlog/{k}", 0) > o)
 
     def rpc_fetch(self, body: bytes) -> bytes:
         """Stored records of a range."""
