@@ -1,4 +1,5 @@
-"""Kafka access for Tidemark: settings, topics, codec, producer/consumer, local cluster."""
+"""Kafka access for Tidemark (the base layer): settings, topics, codec, producer/consumer, offsets,
+the partitioner and the JVM artifacts."""
 
 from log.codec import MARKER, Codec, Decoded, default_codec, schema_fingerprint
 from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end

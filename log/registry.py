@@ -132,7 +132,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("min_insync_replicas", "TIDEMARK_MIN_INSYNC_REPLICAS", "int", 2,
             "min.insync.replicas of every topic"),
     Setting("environment", "TIDEMARK_ENVIRONMENT", "str", "default",
-            "the environment every record carries; others are refused"),
+            "the environment every record carries"),
     Setting("max_message_bytes", "TIDEMARK_MAX_MESSAGE_BYTES", "int", 1_000_000,
             "largest record value; larger ones are refused before Kafka"),
     Setting("txlog_retention_ms", "TIDEMARK_TXLOG_RETENTION_MS", "int", 30 * 24 * 3600 * 1000,
@@ -148,7 +148,7 @@ SETTINGS: tuple[Setting, ...] = (
             "address replica nodes serve Prometheus metrics on (0.0.0.0 in containers)"),
     # Spark queues job
     Setting("spark_checkpoint", "TIDEMARK_SPARK_CHECKPOINT", "path", None,
-            "checkpoint folder of the queues job (default <state dir>/spark/<prefix>checkpoint)"),
+            "checkpoint folder of the queues job (default: STATE_DIR/spark/PREFIXcheckpoint)"),
     Setting("ack_ttl", "TIDEMARK_ACK_TTL", "duration", "24h",
             "how long an ack that beat its Send is remembered"),
     Setting("dedup_window", "TIDEMARK_DEDUP_WINDOW", "duration", "10m",

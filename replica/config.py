@@ -108,6 +108,14 @@ def _address(value: Any, where: str) -> str:
     return value
 
 
+def _metrics_host(cluster: Mapping[str, Any], env: Mapping[str, str] | None) -> str:
+    """``TIDEMARK_METRICS_HOST`` wins over ``[cluster] metrics_host`` (env over file)."""
+    spec = registry.setting("metrics_host")
+    if (os.environ if env is None else env).get(spec.env):
+        return str(registry.env_value("metrics_host", env))
+    return str(cluster.get("metrics_host") or spec.default)
+
+
 def load_cluster_file(path: str | os.PathLike[str],
                       env: Mapping[str, str] | None = None) -> ClusterFile:
     """Parse and validate a cluster TOML; raises :class:`ClusterConfigError` (one line)."""
@@ -181,8 +189,7 @@ def load_cluster_file(path: str | os.PathLike[str],
                                                f"{path}: cluster", 10),
                        down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
                        sync_writes=bool(cluster.get("sync_writes", False)), release=release,
-                       metrics_host=str(cluster.get("metrics_host")
-                                        or registry.env_value("metrics_host", env)),
+                       metrics_host=_metrics_host(cluster, env),
                        store=store)
 
 

@@ -32,6 +32,17 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _converter(spec: registry.Setting) -> Any:
+    """argparse ``type`` for ``spec``: a plain function (argparse reprs it in errors)."""
+    def convert(text: str) -> Any:
+        try:
+            return spec.parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = spec.kind
+    return convert
+
+
 class EnvDefault(argparse.Action):
     """A flag whose default is its registry setting's environment variable, else its default.
 
@@ -48,16 +59,10 @@ class EnvDefault(argparse.Action):
         shown = default
         if env_text:
             default = env_text
-        kwargs.setdefault("type", self._convert)
+        kwargs.setdefault("type", _converter(self.spec))
         suffix = f"; default {shown}" if shown not in (None, "") else ""
         super().__init__(option_strings, dest, default=default,
                          help=f"{help or self.spec.help} (env {self.spec.env}{suffix})", **kwargs)
-
-    def _convert(self, text: str) -> Any:
-        try:
-            return self.spec.parse(text)
-        except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:

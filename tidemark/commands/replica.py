@@ -13,7 +13,7 @@ __all__ = ["register"]
 def _run(args: argparse.Namespace) -> int:
     from replica.config import load_cluster_file
     from replica.node import Node
-    cf = load_cluster_file(args.config)
+    cf = load_cluster_file(cluster_file(args))
     node = Node(cf, args.node)
     try:
         node.start()
@@ -47,7 +47,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     sub = replica.add_subparsers(dest="replica_command", metavar="COMMAND")
     replica.set_defaults(func=lambda a: (replica.print_help(), 2)[1])
     run = sub.add_parser("run", help="run one replica node")
-    env_flag(run, "--config", "config", help="cluster TOML")
+    env_flag(run, "--config", "config",
+             help="cluster TOML (default: the local stack's cluster.toml)")
+    env_flag(run, "--state-dir", "state_dir")
     run.add_argument("--node", required=True, help="node id, e.g. p0r0")
     run.set_defaults(func=_run)
     status = sub.add_parser("status", help="nodes, epoch, interval maps, UST, GC point")
