@@ -49,3 +49,41 @@ def test_missing_file_and_missing_bootstrap(tmp_path: Path) -> None:
     s = load_settings(env={}, state_dir=tmp_path)
     with pytest.raises(ConfigError, match="no Kafka bootstrap"):
         s.producer_config()
+
+
+def _cli(args: list[str], **env: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-m", "tidemark", *args], capture_output=True,
+                          text=True, env=full, timeout=60)
+
+
+def test_a_bad_variable_is_one_error_line_for_any_command() -> None:
+    for args in (["local", "status"], ["local", "up"], ["replica", "status"]):
+        proc = _cli(args, TIDEMARK_BROKERS="abc")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith("tidemark: error:") and "TIDEMARK_BROKERS" in lines[0]
+
+
+def test_a_bad_flag_value_is_one_error_line() -> None:
+    proc = _cli(["local", "up", "--brokers", "x"])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "must be an integer" in proc.stderr
+
+
+def test_every_flag_names_its_variable_in_help() -> None:
+    proc = _cli(["queues", "run", "--help"])
+    assert "TIDEMARK_ACK_TTL" in proc.stdout and "TIDEMARK_SPARK_CHECKPOINT" in proc.stdout
+
+
+def test_registry_parses_and_rejects() -> None:
+    from log import registry
+    assert registry.env_value("ack_ttl", {"TIDEMARK_ACK_TTL": "2h"}) == 7_200_000
+    assert registry.env_value("ack_ttl", {}) == 86_400_000
+    with pytest.raises(ConfigError, match="TIDEMARK_PARTITIONS"):
+        registry.check_environment({"TIDEMARK_PARTITIONS": "0"})
+    registry.check_environment({"TIDEMARK_UNRELATED_THING": "x", "TIDEMARK_PARTITIONS": "4"})
