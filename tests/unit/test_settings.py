@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,10 +54,7 @@ def test_missing_file_and_missing_bootstrap(tmp_path: Path) -> None:
         s.producer_config()
 
 
-def _cli(args: list[str], **env: str) -> "subprocess.CompletedProcess[str]":
-    import os
-    import subprocess
-    import sys
+def _cli(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
     full.update(env)
     return subprocess.run([sys.executable, "-m", "tidemark", *args], capture_output=True,
