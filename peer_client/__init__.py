@@ -1,10 +1,25 @@
-"""The library peers use: send/publish, handlers, acks, directory, replay.
-
-Not built yet: no issue covers it so far. The pieces it will stand on exist in ``log``
-(the durable producer, the codec, the partitioner) and in ``schemas`` (Send, Ack, Purge,
-PeerDescriptor).
+"""The library peers use: typed handlers, send and publish, the directory, direct delivery,
+acks, durability levels, flight size, and an in-memory test double (``peer_client.testing``).
 """
 
-from peer_client.exceptions import PeerClientError, WrongEnvironmentError
+from peer_client.context import MessageContext, Phase
+from peer_client.exceptions import (DuplicatePeerError, DurabilityTimeoutError,
+                                    DurabilityUnavailableError, FlightSizeExceededError,
+                                    HandlerError, MessageTypeError, OversizedMessageError,
+                                    PayloadError, PeerClientError, PeerStateError,
+                                    PeerUnreachableError, UnknownPeerError,
+                                    WrongEnvironmentError)
+from peer_client.messages import MessageType, message, message_type_of, register_message
+from peer_client.options import ALL, LOG, QUORUM, PeerOptions
+from peer_client.ports import Delivery
+from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
 
-__all__ = ["PeerClientError", "WrongEnvironmentError"]
+__all__ = [
+    "MessageContext", "Phase", "MessageType", "message", "message_type_of", "register_message",
+    "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
+    "Serializer",
+    "PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
+    "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
+    "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
+    "HandlerError", "OversizedMessageError",
+]

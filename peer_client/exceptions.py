@@ -1,10 +1,13 @@
-"""Errors of the peer client."""
+"""Errors of the peer client. Every message is one readable line."""
 
 from __future__ import annotations
 
-from log.exceptions import TidemarkError
+from log.exceptions import OversizedMessageError, TidemarkError
 
-__all__ = ["PeerClientError", "WrongEnvironmentError"]
+__all__ = ["PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
+           "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
+           "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
+           "HandlerError", "OversizedMessageError"]
 
 
 class PeerClientError(TidemarkError):
@@ -12,4 +15,50 @@ class PeerClientError(TidemarkError):
 
 
 class WrongEnvironmentError(PeerClientError):
-    """A message or registration came from a peer of another environment."""
+    """A message or registration came from (or went to) a peer of another environment."""
+
+
+class DuplicatePeerError(PeerClientError):
+    """A live peer with the same id is already registered in the directory."""
+
+
+class UnknownPeerError(PeerClientError):
+    """No peer of that id is registered in the directory."""
+
+
+class PeerUnreachableError(PeerClientError):
+    """A transient message could not be delivered: its recipient is down or unreachable."""
+
+
+class FlightSizeExceededError(PeerClientError):
+    """More sends would be unconfirmed than the flight size allows (fail mode)."""
+
+    def __init__(self, limit: int, count: int) -> None:
+        super().__init__(f"flight size exceeded: {count} sends unconfirmed, limit {limit}")
+        self.limit = limit
+        self.count = count
+
+
+class DurabilityTimeoutError(PeerClientError):
+    """The requested durability level did not hold before the deadline."""
+
+
+class DurabilityUnavailableError(PeerClientError):
+    """No replica can answer for the requested durability level (not configured, or the
+    replica service lacks the call)."""
+
+
+class MessageTypeError(PeerClientError):
+    """A message type is declared wrongly, or an object is not a declared message type."""
+
+
+class PayloadError(PeerClientError):
+    """A payload cannot be encoded, or a received payload cannot be decoded."""
+
+
+class PeerStateError(PeerClientError):
+    """The peer is not in a state that allows the call (not started, stopping)."""
+
+
+class HandlerError(PeerClientError):
+    """A handler is declared wrongly (no message type annotation, two handlers for a type)."""

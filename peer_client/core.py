@@ -1,0 +1,418 @@
+"""The peer core: send, publish, receive, acks, directory, phases. No threads, no sockets.
+
+``Peer``, ``AsyncPeer`` and the in-memory test double are this core plus ports (see
+``peer_client/ports.py``). Replay (next issue) plugs in through :meth:`PeerCore.begin_replay`,
+:meth:`PeerCore.deliver_replayed` and :meth:`PeerCore.end_replay`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any, Callable, Iterable
+
+from log.exceptions import OversizedMessageError
+from peer_client.acks import AckBatcher
+from peer_client.context import Phase
+from peer_client.dedup import DedupWindow
+from peer_client.directory import DirectoryCache, PeerEntry, needs_probe
+from peer_client.exceptions import (DuplicatePeerError, PeerStateError, PeerUnreachableError, UnknownPeerError,
+                                    WrongEnvironmentError)
+from peer_client.flight import FlightControl
+from peer_client.handlers import Handler, HandlerRegistry
+from peer_client.inbox import Inbox, Job
+from peer_client.messages import MessageType, message_type_of
+from peer_client.options import LEVELS, PeerOptions
+from peer_client.outbox import OutItem, Outbox
+from peer_client.ports import Delivery, DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
+from peer_client.records import Envelope, peer_codec
+
+__all__ = ["PeerCore", "RUNNING", "now_ms"]
+
+log = logging.getLogger("peer_client")
+
+#: Phases in which the peer accepts messages.
+RUNNING = (Phase.STARTING, Phase.REPLAY, Phase.HANDOVER, Phase.NORMAL)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds."""
+    return int(time.time() * 1000)
+
+
+class PeerCore:
+    """One peer's state and decisions; I/O goes through the ports given to it."""
+
+    def __init__(self, peer_id: str, environment: str, options: PeerOptions, *,
+                 log_port: LogPort, direct: DirectPort, directory_port: DirectoryPort,
+                 stability: StabilityPort | None, executor: Executor, max_message_bytes: int,
+                 clock_ms: Callable[[], int] = now_ms, handlers: HandlerRegistry | None = None,
+                 incarnation: str | None = None) -> None:
+        if not isinstance(peer_id, str) or not peer_id or "\0" in peer_id:
+            raise ValueError(f"peer id must be a non-empty string, got {peer_id!r}")
+        if not isinstance(environment, str) or not environment:
+            raise ValueError(f"environment must be a non-empty string, got {environment!r}")
+        self.peer_id, self.environment, self.options = peer_id, environment, options
+        self.incarnation = incarnation or uuid.uuid4().hex[:16]
+        self.clock_ms = clock_ms
+        self.max_bytes = max_message_bytes
+        self.log_port, self.directory_port, self.executor = log_port, directory_port, executor
+        self.endpoint = ""
+        self.stats: Counter[str] = Counter()
+        self.directory = DirectoryCache(environment, options.dead_after_ms)
+        self.dir_lock = threading.Lock()
+        self.handlers = handlers.copy() if handlers is not None else HandlerRegistry()
+        self.dedup = DedupWindow(options.dedup_window)
+        self.flight = FlightControl(options.flight_size, options.flight_mode)
+        self.acks: AckBatcher[bytes] = AckBatcher(options.ack_batch, options.ack_linger_ms)
+        self._ack_lock = threading.Lock()
+        self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
+                           self._record_failure, self._ack, self.stats,
+                           options.inbox_limit if options.inbox_limit else None)
+        self.outbox = Outbox(peer_id, self.incarnation, environment, log_port, direct, stability,
+                             options.direct_batch, options.unreachable_backoff_ms,
+                             max_message_bytes, self.stats, self._endpoint_of)
+        self._codec = peer_codec()
+        self._encode = self._codec.encode
+        self._seq = itertools.count(1)
+        self._last_heartbeat = 0
+        self._registered_ms = 0
+        self._warned: set[str] = set()
+        self._release = self._release_flight
+
+    # ---- phases --------------------------------------------------------------------------
+    @property
+    def phase(self) -> Phase:
+        """Where the peer is in its life."""
+        return self.inbox.phase
+
+    def set_phase(self, phase: Phase) -> None:
+        """Move to ``phase``; leaving STARTING/REPLAY re-accepts the held-back messages."""
+        self.inbox.phase = phase
+        if phase in (Phase.HANDOVER, Phase.NORMAL):
+            for env in self.inbox.release_held():
+                self.inbox.accept(env)
+
+    def begin_replay(self) -> None:
+        """Replay starts: live messages are held back from now on."""
+        self.set_phase(Phase.REPLAY)
+
+    def deliver_replayed(self, env: Envelope) -> None:
+        """A message from replay (deduplicated against live ones by message id)."""
+        env.replay = True
+        self.inbox.accept(env)
+
+    def end_replay(self, handover: bool = False) -> None:
+        """Replay finished: dispatch held-back live messages (to HANDOVER or NORMAL)."""
+        self.set_phase(Phase.HANDOVER if handover else Phase.NORMAL)
+
+    def _check_running(self) -> None:
+        if self.phase not in RUNNING:
+            raise PeerStateError(f"peer {self.peer_id} is {self.phase.value}: start it first"
+                                 if self.phase is Phase.CREATED else
+                                 f"peer {self.peer_id} is {self.phase.value}")
+
+    # ---- handlers ------------------------------------------------------------------------
+    def handler(self, fn_or_cls: Any = None) -> Any:
+        """Decorator: ``@peer.handler`` (typed by annotation) or ``@peer.handler(Type)``."""
+        if isinstance(fn_or_cls, type):
+            cls = fn_or_cls
+
+            def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+                self._add_handler(fn, cls)
+                return fn
+            return wrap
+        if fn_or_cls is None:
+            return self.handler
+        self._add_handler(fn_or_cls, None)
+        return fn_or_cls
+
+    def _add_handler(self, fn: Callable[..., Any], cls: type | None) -> Handler:
+        before = self.handlers.names()
+        handler = self.handlers.add(fn, cls)
+        if self.phase in RUNNING and self.handlers.names() != before:
+            self.publish_descriptor(True)  # new subscription
+        return handler
+
+    # ---- directory -----------------------------------------------------------------------
+    def descriptor(self, up: bool) -> dict[str, Any]:
+        """This peer's PeerDescriptor record."""
+        return PeerEntry(self.peer_id, self.environment, self.endpoint, up,
+                         self.options.persistent, frozenset(self.handlers.names()),
+                         self.incarnation, self.clock_ms()).to_record()
+
+    def check_duplicate(self, probe: Callable[[str], str | None]) -> None:
+        """Refuse to start while another live process runs this peer id.
+
+        ``probe(endpoint)`` returns the incarnation answering there, or None. A registration
+        whose heartbeat is fresh but whose endpoint does not answer with its incarnation is a
+        crashed process: it is taken over."""
+        with self.dir_lock:
+            entry = self.directory.get(self.peer_id)
+        if not needs_probe(entry, self.incarnation, self.clock_ms(), self.options.dead_after_ms):
+            return
+        assert entry is not None
+        if probe(entry.endpoint) == entry.incarnation:
+            age = (self.clock_ms() - entry.timestamp_ms) / 1000
+            raise DuplicatePeerError(
+                f"peer {self.peer_id} is already running in environment {self.environment!r}"
+                f" (incarnation {entry.incarnation} at {entry.endpoint}, heartbeat {age:.1f}s"
+                f" ago): stop it first, or use another peer id")
+        log.info("peer %s: previous incarnation %s at %s does not answer; taking over",
+                 self.peer_id, entry.incarnation, entry.endpoint)
+
+    def publish_descriptor(self, up: bool, on_delivery: Any = None) -> None:
+        """Append the descriptor (registration, heartbeat, or down at stop)."""
+        self._last_heartbeat = self.clock_ms()
+        if up and not self._registered_ms:
+            self._registered_ms = self._last_heartbeat
+        desc = self.descriptor(up)
+        with self.dir_lock:
+            self.directory.apply(self.peer_id, desc)
+        self.directory_port.publish(self.peer_id, desc, on_delivery)
+
+    def on_directory(self, key: str, record: dict[str, Any] | None) -> None:
+        """Fold one record of the directory topic into the cache."""
+        with self.dir_lock:
+            outcome = self.directory.apply(key, record)
+        if outcome.kind == "rejected":
+            self.stats["directory_rejected"] += 1
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("directory: %s (ignored; peer %s is in %r)", outcome.reason,
+                            self.peer_id, self.environment)
+        elif (outcome.kind == "applied" and key == self.peer_id and outcome.entry is not None
+              and outcome.entry.up and outcome.entry.incarnation != self.incarnation
+              and self._registered_ms and outcome.entry.timestamp_ms >= self._registered_ms):
+            self.stats["superseded"] += 1
+            log.error("peer id %s was registered by another process (incarnation %s at %s)",
+                      key, outcome.entry.incarnation, outcome.entry.endpoint)
+
+    def _endpoint_of(self, peer_id: str) -> str | None:
+        entry = self.directory.get(peer_id)
+        return entry.endpoint if entry is not None and entry.endpoint else None
+
+    def _alive(self, entry: PeerEntry | None, now: int) -> bool:
+        return (entry is not None and bool(entry.endpoint)
+                and entry.alive(now, self.options.dead_after_ms)
+                and self.outbox.reachable(entry.peer_id))
+
+    # ---- sending -------------------------------------------------------------------------
+    def _release_flight(self, _: Delivery) -> None:
+        self.flight.release()
+
+    def _prepare(self, message: Any, durability: str) -> tuple[MessageType, bytes]:
+        self._check_running()
+        if durability not in LEVELS:
+            raise ValueError(f"durability must be one of {', '.join(LEVELS)}, got {durability!r}")
+        mt = message_type_of(message)
+        payload = mt.serializer.encode(message)
+        if len(payload) > self.max_bytes:
+            raise OversizedMessageError(f"{mt.name} payload of {len(payload)} bytes exceeds"
+                                        f" max_message_bytes={self.max_bytes}")
+        return mt, payload
+
+    def _item(self, to: str, mt: MessageType, payload: bytes, mid: str, ts: int, level: str,
+              handle: Delivery, publish: bool) -> OutItem | None:
+        entry = self.directory.get(to)
+        alive = self._alive(entry, ts)
+        logged = mt.persistent and (entry is None or entry.persistent)
+        if not logged and not alive:
+            if publish:
+                return None
+            raise PeerUnreachableError(
+                f"peer {to} is {'not registered' if entry is None else 'down'}: a"
+                f" {'transient' if not mt.persistent else 'non-persistent peer'}"
+                f" message can only be delivered directly")
+        value = None
+        if logged:
+            value = self._encode("Send", {
+                "message_id": mid, "sender": self.peer_id, "recipient": to,
+                "environment": self.environment, "message_type": mt.name, "payload": payload,
+                "timestamp_ms": ts, "delivery_count": 0, "direct_incarnation": None})
+            if len(value) > self.max_bytes:
+                raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
+                                            f" max_message_bytes={self.max_bytes}")
+        direct = None
+        if alive:
+            direct = {"message_id": mid, "message_type": mt.name, "payload": payload,
+                      "timestamp_ms": ts, "persistent": logged}
+        return OutItem(value, direct, handle, level, publish and not logged)
+
+    def send(self, to: str, message: Any, durability: str = "log",
+             timeout: float | None = None) -> Delivery:
+        """Point-to-point: queue ``message`` for ``to``; the returned :class:`Delivery`
+        completes once it holds at ``durability`` (``log``, ``quorum`` or ``all``)."""
+        mt, payload = self._prepare(message, durability)
+        if not isinstance(to, str) or not to:
+            raise ValueError(f"recipient must be a peer id, got {to!r}")
+        if to not in self.directory:
+            foreign = self.directory.foreign_environment(to)
+            if foreign is not None:
+                raise WrongEnvironmentError(f"peer {to} is in environment {foreign!r}, not"
+                                            f" {self.environment!r}: not sending to it")
+        ts = self.clock_ms()
+        mid = f"{self.incarnation}-{next(self._seq)}"
+        handle = Delivery(mid, 1, None)
+        item = self._item(to, mt, payload, mid, ts, durability, handle, False)
+        assert item is not None
+        self.flight.acquire(timeout)
+        handle._on_final = self._release
+        handle.recipients.append(to)
+        self.stats["sent"] += 1
+        self.outbox.put(to, item)
+        return handle
+
+    def publish(self, message: Any, durability: str = "log",
+                timeout: float | None = None) -> Delivery:
+        """Send ``message`` to every peer whose directory entry subscribes to its type."""
+        mt, payload = self._prepare(message, durability)
+        ts = self.clock_ms()
+        mid = f"{self.incarnation}-{next(self._seq)}"
+        with self.dir_lock:
+            targets = [e.peer_id for e in self.directory.subscribers(mt.name)]
+        handle = Delivery(mid, len(targets) or 1, None)
+        items = [(to, self._item(to, mt, payload, mid, ts, durability, handle, True))
+                 for to in targets]
+        items = [(to, it) for to, it in items if it is not None]
+        handle._remaining = max(1, len(items))
+        self.flight.acquire(timeout)
+        handle._on_final = self._release
+        self.stats["published"] += 1
+        if not items:
+            handle.part_done(None)
+            return handle
+        for to, it in items:
+            handle.recipients.append(to)
+            self.outbox.put(to, it)
+        return handle
+
+    def subscribers(self, message_cls: type) -> list[str]:
+        """Peers the directory says subscribe to ``message_cls``."""
+        with self.dir_lock:
+            return [e.peer_id for e in self.directory.subscribers(message_type_of(
+                message_cls).name)]
+
+    def peer(self, peer_id: str) -> PeerEntry:
+        """The directory entry of ``peer_id``."""
+        entry = self.directory.get(peer_id)
+        if entry is None:
+            raise UnknownPeerError(f"peer {peer_id} is not registered in environment"
+                                   f" {self.environment!r}")
+        return entry
+
+    # ---- receiving -----------------------------------------------------------------------
+    def receive(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Take a DirectBatch; returns the DirectReceipt."""
+        out = {"recipient": self.peer_id, "incarnation": self.incarnation,
+               "environment": self.environment, "accepted": 0, "error": "", "error_kind": ""}
+        sender, env = batch.get("sender", "?"), batch.get("environment")
+        if env != self.environment:
+            self.stats["rejected"] += 1
+            log.warning("refused %d message(s) from %s: environment %r, this peer is in %r",
+                        len(batch.get("messages", ())), sender, env, self.environment)
+            out.update(error=f"peer {self.peer_id} is in environment {self.environment!r};"
+                             f" sender {sender} is in {env!r}", error_kind="environment")
+            return out
+        if batch.get("recipient") != self.peer_id:
+            out.update(error=f"this is peer {self.peer_id}, not {batch.get('recipient')}",
+                       error_kind="recipient")
+            return out
+        messages = batch.get("messages") or ()
+        if self.phase not in RUNNING:
+            if messages:
+                out.update(error=f"peer {self.peer_id} is {self.phase.value}",
+                           error_kind="stopping")
+            return out
+        accept = self.inbox.accept
+        for m in messages:
+            self.stats["received"] += 1
+            accept(Envelope(m["message_id"], sender, m["message_type"], m["payload"],
+                            m["timestamp_ms"], m["persistent"], env))
+        out["accepted"] = len(messages)
+        return out
+
+    def receive_bytes(self, data: bytes) -> bytes:
+        """:meth:`receive` on an encoded DirectBatch; the encoded receipt."""
+        try:
+            decoded = self._codec.decode(data)
+            if decoded.name != "DirectBatch":
+                raise ValueError(f"expected DirectBatch, got {decoded.name}")
+            receipt = self.receive(decoded.record)
+        except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
+            self.stats["bad_requests"] += 1
+            receipt = {"recipient": self.peer_id, "incarnation": self.incarnation,
+                       "environment": self.environment, "accepted": 0,
+                       "error": f"bad request: {exc}"[:300], "error_kind": "bad_request"}
+        return self._encode("DirectReceipt", receipt)
+
+    # ---- acks and failures ---------------------------------------------------------------
+    def _ack(self, env: Envelope) -> None:
+        if not env.persistent:
+            return
+        value = self._encode("Ack", {"message_id": env.message_id, "peer": self.peer_id,
+                                     "environment": self.environment,
+                                     "timestamp_ms": self.clock_ms()})
+        with self._ack_lock:
+            batch = self.acks.add(value, self.clock_ms())
+        if batch:
+            self._append_acks(batch)
+
+    def _append_acks(self, batch: Iterable[bytes]) -> None:
+        n = 0
+        for value in batch:
+            self.log_port.append(self.peer_id, value, self._ack_delivered)
+            n += 1
+        self.stats["acks"] += n
+
+    def _ack_delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.stats["ack_errors"] += 1
+            log.warning("an ack of peer %s was not acknowledged by Kafka: %s (the message"
+                        " will be delivered again)", self.peer_id, err)
+
+    def flush_acks(self) -> int:
+        """Append every pending ack now; returns how many."""
+        with self._ack_lock:
+            batch = self.acks.drain()
+        self._append_acks(batch)
+        return len(batch)
+
+    def drop_pending_acks(self) -> int:
+        """Forget unappended acks (a crash in the test double)."""
+        with self._ack_lock:
+            return len(self.acks.drain())
+
+    def _record_failure(self, env: Envelope, reason: str, kind: str) -> None:
+        self.stats["failed_deliveries"] += 1
+        if not env.persistent:
+            return
+        value = self._encode("DeliveryFailed", {
+            "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
+            "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
+            "timestamp_ms": self.clock_ms()})
+        self.log_port.append(self.peer_id, value, self._ack_delivered)
+
+    # ---- housekeeping --------------------------------------------------------------------
+    def tick(self) -> None:
+        """Periodic work: lingering acks, dead peers, heartbeat."""
+        now = self.clock_ms()
+        with self._ack_lock:
+            batch = self.acks.due(now)
+        if batch:
+            self._append_acks(batch)
+        with self.dir_lock:
+            gone = self.directory.expire(now)
+        for peer_id in gone:
+            log.info("peer %s is down (no heartbeat for %d ms, or stopped)", peer_id,
+                     self.options.dead_after_ms)
+        if self.phase in RUNNING and now - self._last_heartbeat >= self.options.heartbeat_ms:
+            self.publish_descriptor(True)
+
+    def submit_job(self, key: str, job: Job) -> None:
+        """Hand a job to the executor (used by tests that drive the core directly)."""
+        self.executor.submit(key, job)

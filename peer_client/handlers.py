@@ -1,0 +1,75 @@
+"""Handlers by message type, typed by annotation: ``def on(msg: OrderPlaced, ctx)``."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from peer_client.exceptions import HandlerError, MessageTypeError
+from peer_client.messages import MessageType, message_type_of
+
+__all__ = ["Handler", "HandlerRegistry"]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """One registered handler."""
+
+    message_type: MessageType
+    fn: Callable[..., Any]
+    is_async: bool
+    takes_context: bool
+
+
+def _annotated_type(fn: Callable[..., Any]) -> type:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        raise HandlerError(f"handler {fn.__qualname__} takes no message parameter")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as exc:  # noqa: BLE001 - unresolvable forward references
+        raise HandlerError(f"cannot read the annotations of {fn.__qualname__}: {exc}") from None
+    hint = hints.get(params[0].name)
+    if hint is None:
+        raise HandlerError(f"handler {fn.__qualname__}: annotate its first parameter with the"
+                           f" message type, or pass the type: @peer.handler(MyMessage)")
+    return hint
+
+
+class HandlerRegistry:
+    """At most one handler per message type."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Handler] = {}
+
+    def add(self, fn: Callable[..., Any], message_cls: type | None = None) -> Handler:
+        """Register ``fn`` for ``message_cls`` (default: its first parameter's annotation)."""
+        cls = message_cls or _annotated_type(fn)
+        try:
+            mt = message_type_of(cls)
+        except MessageTypeError as exc:
+            raise HandlerError(f"handler {getattr(fn, '__qualname__', fn)}: {exc}") from None
+        if mt.name in self._by_name and self._by_name[mt.name].fn is not fn:
+            raise HandlerError(f"{mt.name} already has a handler:"
+                               f" {self._by_name[mt.name].fn.__qualname__}")
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        handler = Handler(mt, fn, inspect.iscoroutinefunction(fn), len(params) >= 2)
+        self._by_name[mt.name] = handler
+        return handler
+
+    def get(self, name: str) -> Handler | None:
+        """The handler of wire name ``name``."""
+        return self._by_name.get(name)
+
+    def names(self) -> list[str]:
+        """Handled wire names: the peer's subscriptions."""
+        return sorted(self._by_name)
+
+    def copy(self) -> "HandlerRegistry":
+        """The same registrations (a restarted peer keeps its handlers)."""
+        out = HandlerRegistry()
+        out._by_name = dict(self._by_name)
+        return out

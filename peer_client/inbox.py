@@ -1,0 +1,177 @@
+"""The receive side: what to do with an arriving message, and the job that handles it.
+
+:func:`decide` is pure: hold back (live message during replay), drop (duplicate id), fail
+(unknown type, no handler, malformed payload: reported, never fatal, never acked) or run.
+The :class:`Inbox` applies decisions; the :class:`Job` runs a handler and then acks or
+records the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from peer_client.context import MessageContext, Phase
+from peer_client.dedup import DedupWindow
+from peer_client.exceptions import PayloadError
+from peer_client.handlers import Handler, HandlerRegistry
+from peer_client.messages import lookup
+from peer_client.records import Envelope
+
+__all__ = ["Decision", "decide", "Job", "Inbox", "HOLD", "DROP", "FAIL", "RUN"]
+
+log = logging.getLogger("peer_client.inbox")
+
+HOLD, DROP, FAIL, RUN = "hold", "drop", "fail", "run"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``action`` is HOLD, DROP, FAIL or RUN; ``kind``/``reason`` say why for FAIL/DROP."""
+
+    action: str
+    kind: str = ""
+    reason: str = ""
+    handler: Handler | None = None
+    message: Any = None
+
+
+def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
+           handlers: HandlerRegistry) -> Decision:
+    """The fate of one arriving message. Remembers its id in ``dedup`` unless held/dropped."""
+    if env.environment != environment:
+        return Decision(DROP, "environment", f"message {env.message_id} from {env.sender} is"
+                                             f" in environment {env.environment!r}, this peer"
+                                             f" is in {environment!r}")
+    if phase is Phase.REPLAY and not env.replay:
+        return Decision(HOLD)
+    if not dedup.check_and_add(env.message_id):
+        return Decision(DROP, "duplicate")
+    handler = handlers.get(env.message_type)
+    if handler is None:
+        kind = "unknown_type" if lookup(env.message_type) is None else "no_handler"
+        return Decision(FAIL, kind, f"no handler for message type {env.message_type!r}"
+                        + (" (type not declared in this process)" if kind == "unknown_type"
+                           else ""))
+    try:
+        msg = handler.message_type.serializer.decode(env.payload)
+    except PayloadError as exc:
+        return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a user serializer may raise anything
+        return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc!r}")
+    return Decision(RUN, handler=handler, message=msg)
+
+
+class Job:
+    """One handler invocation; ``finish`` acks or records the failure."""
+
+    __slots__ = ("env", "handler", "message", "ctx", "_finish")
+
+    def __init__(self, env: Envelope, handler: Handler, message: Any, peer_id: str,
+                 finish: Callable[["Job", BaseException | None], None]) -> None:
+        self.env = env
+        self.handler = handler
+        self.message = message
+        self.ctx = MessageContext(env.message_id, env.sender, env.message_type,
+                                  env.delivery_count, env.replay, env.timestamp_ms, peer_id,
+                                  env.persistent)
+        self._finish = finish
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the handler is ``async def``."""
+        return self.handler.is_async
+
+    def run(self) -> None:
+        """Run a plain handler and finish."""
+        h = self.handler
+        try:
+            if h.takes_context:
+                h.fn(self.message, self.ctx)
+            else:
+                h.fn(self.message)
+        except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
+            self._finish(self, exc)
+            return
+        self._finish(self, None)
+
+    async def run_async(self) -> None:
+        """Run an ``async def`` handler and finish."""
+        h = self.handler
+        try:
+            if h.takes_context:
+                await h.fn(self.message, self.ctx)
+            else:
+                await h.fn(self.message)
+        except Exception as exc:  # noqa: BLE001
+            self._finish(self, exc)
+            return
+        self._finish(self, None)
+
+
+class Inbox:
+    """Applies decisions: holds back, drops, reports, or submits jobs to the executor."""
+
+    def __init__(self, peer_id: str, environment: str, handlers: HandlerRegistry,
+                 dedup: DedupWindow, submit: Callable[[str, Job], None],
+                 on_failure: Callable[[Envelope, str, str], None],
+                 on_success: Callable[[Envelope], None], stats: dict[str, int],
+                 limit: int | None = None) -> None:
+        self.peer_id, self.environment = peer_id, environment
+        self.handlers, self.dedup = handlers, dedup
+        self.phase = Phase.CREATED
+        self.held: list[Envelope] = []
+        self.stats = stats
+        self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(limit) if limit else None
+
+    def accept(self, env: Envelope) -> None:
+        """Take one arriving message (blocks while ``limit`` messages are unfinished)."""
+        with self._lock:
+            d = decide(env, self.phase, self.environment, self.dedup, self.handlers)
+            if d.action == HOLD:
+                self.held.append(env)
+                self.stats["held_back"] += 1
+                return
+            if d.action == DROP:
+                self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
+                if d.kind != "duplicate":
+                    log.warning("%s", d.reason)
+                return
+            if d.action == FAIL:
+                self.stats[d.kind] += 1
+                self.dedup.forget(env.message_id)
+        if d.action == FAIL:
+            log.warning("peer %s: %s (message %s from %s) - not acked, reported",
+                        self.peer_id, d.reason, env.message_id, env.sender)
+            self._on_failure(env, d.reason, d.kind)
+            return
+        if self._slots is not None:
+            self._slots.acquire()
+        assert d.handler is not None
+        self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish))
+
+    def _finish(self, job: Job, error: BaseException | None) -> None:
+        if self._slots is not None:
+            self._slots.release()
+        env = job.env
+        if error is None:
+            self.stats["handled"] += 1
+            self._on_success(env)
+            return
+        with self._lock:
+            self.dedup.forget(env.message_id)
+            self.stats["handler_failed"] += 1
+        reason = f"{type(error).__name__}: {error}"
+        log.warning("peer %s: handler for %s failed on message %s from %s: %s - not acked",
+                    self.peer_id, env.message_type, env.message_id, env.sender, reason)
+        self._on_failure(env, reason, "handler")
+
+    def release_held(self) -> list[Envelope]:
+        """Messages held back during replay, in arrival order (the caller re-accepts them)."""
+        with self._lock:
+            held, self.held = self.held, []
+        return held

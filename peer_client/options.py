@@ -1,0 +1,52 @@
+"""Peer options: everything tunable about one peer, with defaults that suit a LAN."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from peer_client.flight import BLOCK, RAISE
+
+__all__ = ["PeerOptions", "LEVELS", "LOG", "QUORUM", "ALL"]
+
+LOG, QUORUM, ALL = "log", "quorum", "all"
+#: Durability levels, weakest first (Ultra Messaging's stability levels).
+LEVELS = (LOG, QUORUM, ALL)
+
+
+@dataclass(frozen=True)
+class PeerOptions:
+    """Tunables of a peer. Times are in milliseconds unless the name says otherwise."""
+
+    bind: str = "127.0.0.1:0"          #: where the direct-delivery gRPC server listens
+    advertise: str | None = None        #: endpoint written to the directory (default: bind)
+    persistent: bool = True             #: others log persistent messages for us while down
+    workers: int = 8                    #: threads running plain (non-async) handlers
+    inbox_limit: int = 10_000           #: accepted but unfinished messages before backpressure
+    flight_size: int = 10_000           #: sends unconfirmed at their durability level
+    flight_mode: str = BLOCK            #: "block" or "raise" when the flight size is reached
+    ack_batch: int = 500                #: acks appended together once this many are pending
+    ack_linger_ms: int = 20             #: ... or once the oldest has waited this long
+    heartbeat_ms: int = 2_000           #: how often the directory entry is re-appended
+    dead_after_ms: int = 10_000         #: a peer without heartbeat this long counts as down
+    direct_timeout_ms: int = 5_000      #: deadline of one direct-delivery call
+    direct_batch: int = 1_000           #: messages per direct-delivery call, at most
+    unreachable_backoff_ms: int = 1_000  #: no direct attempt to a peer that just failed one
+    dedup_window: int = 100_000         #: message ids remembered for dedup
+    durability_timeout_ms: int = 30_000  #: quorum/all: how long a send waits for replicas
+    start_timeout_s: float = 60.0       #: reading the directory, registering
+    stop_timeout_s: float = 30.0        #: draining handlers and flushing acks at stop
+    tick_ms: int = 10                   #: period of the housekeeping thread
+
+    def __post_init__(self) -> None:
+        if self.flight_mode not in (BLOCK, RAISE):
+            raise ValueError(f"flight_mode must be {BLOCK!r} or {RAISE!r}")
+        for name in ("workers", "inbox_limit", "flight_size", "ack_batch", "heartbeat_ms",
+                     "dead_after_ms", "direct_timeout_ms", "direct_batch", "dedup_window",
+                     "durability_timeout_ms", "tick_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+
+    def with_(self, **changes: Any) -> "PeerOptions":
+        """A copy with ``changes``."""
+        return replace(self, **changes)

@@ -1,0 +1,204 @@
+"""The send side: per-recipient lanes that deliver directly, then append to txlog.
+
+For one recipient everything goes through one FIFO lane, so txlog (and so replay) sees the
+sender's messages in send order. A run of messages for a recipient that is up is delivered
+directly in one batch; the recipient's receipt names the incarnation that accepted it, and
+each persistent message is then appended to txlog marked with that incarnation
+(``Send.direct_incarnation``), or unmarked when the direct call failed. Messages for a peer
+that is down go to txlog at once. A failed direct call never fails a persistent send.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
+from peer_client.lanes import KeyedLanes
+from peer_client.options import LOG
+from peer_client.ports import Delivery, DirectPort, LogPort, StabilityPort
+from peer_client.records import mark_direct, peer_codec
+
+__all__ = ["OutItem", "Outbox"]
+
+log = logging.getLogger("peer_client.outbox")
+
+
+@dataclass(slots=True)
+class OutItem:
+    """One message for one recipient."""
+
+    value: bytes | None          #: the encoded Send (persistent), or None (direct only)
+    direct: dict[str, Any] | None  #: the DirectMessage when the recipient is up, else None
+    handle: Delivery
+    level: str
+    best_effort: bool = False    #: transient publish: an unreachable subscriber is no error
+
+
+class Outbox:
+    """Per-recipient lanes over a direct port and a log port."""
+
+    def __init__(self, peer_id: str, incarnation: str, environment: str, log_port: LogPort,
+                 direct: DirectPort, stability: StabilityPort | None, batch: int,
+                 backoff_ms: int, max_bytes: int, stats: dict[str, int],
+                 endpoint_of: Callable[[str], str | None]) -> None:
+        self.peer_id, self.incarnation, self.environment = peer_id, incarnation, environment
+        self.log, self.direct, self.stability = log_port, direct, stability
+        self.batch, self.backoff_ms, self.max_bytes = batch, backoff_ms, max_bytes
+        self.stats = stats
+        self.endpoint_of = endpoint_of
+        self.lanes: KeyedLanes[OutItem] = KeyedLanes()
+        self.lock = threading.Lock()
+        self.unreachable: dict[str, float] = {}
+        self._codec = peer_codec()
+
+    # ---- entry -------------------------------------------------------------------------
+    def reachable(self, peer_id: str) -> bool:
+        """False while ``peer_id`` is in its backoff after a failed direct call."""
+        until = self.unreachable.get(peer_id)
+        if until is None:
+            return True
+        if time.monotonic() >= until:
+            self.unreachable.pop(peer_id, None)
+            return True
+        return False
+
+    def put(self, to: str, item: OutItem) -> None:
+        """Queue ``item`` for ``to``; runs the lane now if it was idle."""
+        if item.direct is None and item.value is not None:
+            with self.lock:  # fast path: nothing queued for `to`, nothing to wait for
+                if not self.lanes.busy(to):
+                    self._append(to, item, None)
+                    return
+                start = self.lanes.push(to, item)
+        else:
+            with self.lock:
+                start = self.lanes.push(to, item)
+        if start:
+            self._drive(to, [item] + self._take(to))
+
+    # ---- lane machinery ----------------------------------------------------------------
+    def _take(self, to: str) -> list[OutItem]:
+        with self.lock:
+            return self.lanes.take(to, self.batch - 1)
+
+    def _next_chunk(self, to: str) -> list[OutItem] | None:
+        with self.lock:
+            nxt = self.lanes.next(to)
+            if nxt is None:
+                return None
+            return [nxt] + self.lanes.take(to, self.batch - 1)
+
+    def _drive(self, to: str, items: list[OutItem] | None) -> None:
+        """Work through a lane; returns when it is idle or waiting for a direct receipt."""
+        while items is not None:
+            i = 0
+            while i < len(items) and items[i].direct is None:
+                self._append(to, items[i], None)
+                i += 1
+            if i < len(items):
+                j = i
+                while j < len(items) and items[j].direct is not None:
+                    j += 1
+                group, rest = items[i:j], items[j:]
+                result = self._deliver(to, group, rest)
+                if result is None:
+                    return  # the receipt's callback continues this lane
+                self._finish_group(to, group, *result)
+                items = rest
+                continue
+            items = self._next_chunk(to)
+
+    def _deliver(self, to: str, group: list[OutItem], rest: list[OutItem]
+                 ) -> tuple[Any, BaseException | None] | None:
+        endpoint = self.endpoint_of(to)
+        if endpoint is None:
+            return None, PeerUnreachableError(f"peer {to} has no endpoint")
+        batch = self._codec.encode("DirectBatch", {
+            "sender": self.peer_id, "sender_incarnation": self.incarnation, "recipient": to,
+            "environment": self.environment, "messages": [it.direct for it in group]})
+        state: dict[str, Any] = {"sync": True, "result": None}
+        guard = threading.Lock()
+
+        def done(receipt: Any, error: BaseException | None) -> None:
+            with guard:
+                if state["sync"]:
+                    state["result"] = (receipt, error)
+                    return
+            self._finish_group(to, group, receipt, error)
+            self._drive(to, rest)
+
+        try:
+            self.direct.deliver(endpoint, batch, done)
+        except Exception as exc:  # noqa: BLE001 - a port that fails at once
+            with guard:
+                if state["result"] is None:
+                    state["result"] = (None, exc)
+        with guard:
+            state["sync"] = False
+            return state["result"]
+
+    def _finish_group(self, to: str, group: list[OutItem], receipt: Any,
+                      error: BaseException | None) -> None:
+        inc: str | None = None
+        if error is None and receipt is not None and not receipt.get("error"):
+            inc = receipt["incarnation"]
+            self.stats["direct_delivered"] += len(group)
+        else:
+            why = str(error) if error is not None else receipt.get("error", "")
+            kind = "" if receipt is None else receipt.get("error_kind", "")
+            if kind == "environment":
+                error = WrongEnvironmentError(why)
+            elif error is None or not isinstance(error, PeerUnreachableError):
+                error = PeerUnreachableError(f"direct delivery to {to} failed: {why}")
+            self.unreachable[to] = time.monotonic() + self.backoff_ms / 1000
+            self.stats["direct_failed"] += len(group)
+            log.debug("direct delivery of %d message(s) to %s failed: %s", len(group), to, why)
+        for it in group:
+            if it.value is not None:
+                self._append(to, it, inc)
+            elif inc is not None or it.best_effort:
+                it.handle.part_done(None)
+            else:
+                it.handle.part_done(error)
+
+    def _append(self, to: str, item: OutItem, incarnation: str | None) -> None:
+        value = item.value
+        assert value is not None
+        if incarnation is not None:
+            marked = mark_direct(value, incarnation)
+            if len(marked) <= self.max_bytes:
+                value = marked
+        handle = item.handle
+        if item.level == LOG:
+            callback = handle.kafka_done
+        else:
+            callback = self._stable_callback(handle, item.level)
+        try:
+            self.log.append(to, value, callback)
+        except Exception as exc:  # noqa: BLE001 - refused before Kafka (size, config)
+            handle.part_done(exc)
+            return
+        self.stats["logged"] += 1
+
+    def _stable_callback(self, handle: Delivery, level: str) -> Callable[[Any, Any], None]:
+        stability = self.stability
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is not None:
+                handle.kafka_done(err, msg)
+                return
+            if stability is None:
+                from peer_client.exceptions import DurabilityUnavailableError
+                handle.part_done(DurabilityUnavailableError(
+                    f"durability {level!r} needs the replica nodes; none configured"))
+                return
+            stability.wait(level, msg.partition(), msg.offset(), handle.part_done)
+        return on_delivery
+
+    def pending(self) -> int:
+        """Messages queued behind a running lane."""
+        return self.lanes.pending

@@ -1,0 +1,514 @@
+"""An in-memory bus for tests, with failures: crash a peer mid-handler, duplicate a delivery,
+restart a peer (which replays what it had not acked), stall the replicas.
+
+    bus = TestBus(environment="test")
+    a, b = bus.peer("A"), bus.peer("B")
+
+    @b.handler
+    def on_order(msg: OrderPlaced, ctx: MessageContext) -> None: ...
+
+    a.send("B", OrderPlaced("o-1", 100))    # handled before send returns (auto_run)
+    bus.crash_next("B")                      # B's next handler crashes midway: no ack
+    a.send("B", OrderPlaced("o-2", 200))
+    b = bus.restart("B")                     # o-2 is replayed (ctx.replay, delivery_count)
+
+Each peer is the library's real core (the same send, receive, dedup, ack and failure logic as
+:class:`peer_client.Peer`) over in-memory ports. Everything runs on the calling thread: a
+message is queued when sent and handled by :meth:`TestBus.run_until_idle`, which the bus calls
+after every top-level call unless ``auto_run=False``. The bus keeps the txlog it was given
+(:attr:`TestBus.records`) and derives each peer's unacked queue from it, as the real queues do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from log.partitioner import partition_for_peer
+from peer_client.context import Phase
+from peer_client.core import RUNNING, PeerCore
+from peer_client.exceptions import (DurabilityTimeoutError, PeerStateError,
+                                    PeerUnreachableError)
+from peer_client.handlers import HandlerRegistry
+from peer_client.messages import message_type_of
+from peer_client.options import PeerOptions
+from peer_client.ports import Delivery
+from peer_client.records import Envelope, peer_codec
+
+__all__ = ["TestBus", "TestPeer", "SimulatedCrash", "LoggedRecord"]
+
+
+class SimulatedCrash(BaseException):
+    """Raised inside a handler to crash its peer (not an Exception: handlers cannot catch it
+    by accident with ``except Exception``)."""
+
+
+@dataclass(frozen=True)
+class LoggedRecord:
+    """One record of the in-memory txlog."""
+
+    partition: int
+    offset: int
+    key: str
+    name: str
+    record: dict[str, Any]
+
+
+class _Msg:
+    __slots__ = ("_topic", "_partition", "_offset")
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class _Ports:
+    """The in-memory ports of one peer incarnation."""
+
+    def __init__(self, bus: "TestBus", peer: "TestPeer") -> None:
+        self.bus, self.peer = bus, peer
+
+    # LogPort
+    def append(self, key: str, value: bytes, on_delivery: Any = None) -> None:
+        self.bus._append(key, value, on_delivery)
+
+    def flush(self, timeout: float) -> None:
+        pass
+
+    # DirectPort
+    def deliver(self, endpoint: str, batch: bytes, done: Any) -> None:
+        self.bus._deliver(endpoint, batch, done)
+
+    # DirectoryPort
+    def publish(self, peer_id: str, descriptor: dict[str, Any], on_delivery: Any = None) -> None:
+        self.bus._register(peer_id, descriptor)
+
+    # StabilityPort
+    def wait(self, level: str, partition: int, offset: int, done: Any) -> None:
+        if self.bus.replicas_stalled:
+            self.bus._stalled.append(done)
+        else:
+            done(None)
+
+    # Executor
+    def submit(self, key: str, job: Any) -> None:
+        self.bus._jobs.append((self.peer, self.peer.core.incarnation, job))
+
+    def drain(self, timeout: float) -> bool:
+        self.bus.run_until_idle()
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class TestPeer:
+    """A peer on a :class:`TestBus`, with the API of :class:`peer_client.Peer`."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, bus: "TestBus", peer_id: str, environment: str, options: PeerOptions,
+                 handlers: HandlerRegistry | None = None) -> None:
+        self.bus = bus
+        ports = _Ports(bus, self)
+        options = options.with_(inbox_limit=1 << 30)  # one thread: never block on the inbox
+        self.core = PeerCore(peer_id, environment, options, log_port=ports, direct=ports,
+                             directory_port=ports, stability=ports, executor=ports,
+                             max_message_bytes=bus.max_message_bytes, clock_ms=bus.now_ms,
+                             handlers=handlers)
+        self.core.endpoint = f"mem://{peer_id}/{self.core.incarnation}"
+        bus._incarnations[self.core.incarnation] = self
+        self.crashed = False
+
+    @property
+    def peer_id(self) -> str:
+        """This peer's id."""
+        return self.core.peer_id
+
+    @property
+    def incarnation(self) -> str:
+        """This run's incarnation."""
+        return self.core.incarnation
+
+    @property
+    def phase(self) -> Phase:
+        """Where the peer is in its life."""
+        return self.core.phase
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: sent, received, handled, duplicates, failed_deliveries, acks..."""
+        return dict(self.core.stats)
+
+    def handler(self, fn_or_cls: Any = None) -> Any:
+        """Register a handler (see :meth:`peer_client.Peer.handler`)."""
+        return self.core.handler(fn_or_cls)
+
+    def start(self) -> "TestPeer":
+        """Register, replay what is unacked for this peer, then take live messages."""
+        self.bus._start(self)
+        return self
+
+    def stop(self) -> None:
+        """Drain handlers, flush acks, register as down."""
+        if self.core.phase not in RUNNING:
+            return
+        self.core.set_phase(Phase.STOPPING)
+        self.bus.run_until_idle()
+        self.core.flush_acks()
+        self.core.publish_descriptor(False)
+        self.core.set_phase(Phase.STOPPED)
+
+    def send_nowait(self, to: str, message: Any, durability: str = "log") -> Delivery:
+        """Queue a send; the :class:`Delivery` completes at the durability level."""
+        self._check()
+        handle = self.core.send(to, message, durability, timeout=0.0)
+        self.bus._maybe_run()
+        return handle
+
+    def send(self, to: str, message: Any, durability: str = "log") -> str:
+        """Send and return the message id once ``durability`` holds."""
+        return self._result(self.send_nowait(to, message, durability))
+
+    def publish_nowait(self, message: Any, durability: str = "log") -> Delivery:
+        """Queue a publish to every subscriber."""
+        self._check()
+        handle = self.core.publish(message, durability, timeout=0.0)
+        self.bus._maybe_run()
+        return handle
+
+    def publish(self, message: Any, durability: str = "log") -> str:
+        """Publish and return the message id once ``durability`` holds for every subscriber."""
+        return self._result(self.publish_nowait(message, durability))
+
+    def _check(self) -> None:
+        if self.crashed:
+            raise PeerStateError(f"peer {self.peer_id} crashed: restart it with bus.restart()")
+
+    @staticmethod
+    def _result(handle: Delivery) -> str:
+        if not handle.done():
+            raise DurabilityTimeoutError(f"send of {handle.message_id} cannot complete: the"
+                                         f" test bus's replicas are stalled")
+        return handle.result(0)
+
+    def __enter__(self) -> "TestPeer":
+        if self.core.phase is Phase.CREATED:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class TestBus:
+    """Peers, a directory and a txlog, all in memory and single-threaded."""
+
+    __test__ = False
+
+    def __init__(self, environment: str = "test", *, options: PeerOptions | None = None,
+                 partitions: int = 12, max_message_bytes: int = 1_000_000,
+                 auto_run: bool = True, start_ms: int = 1_700_000_000_000) -> None:
+        self.environment = environment
+        self.options = options or PeerOptions(ack_linger_ms=0)
+        self.partitions = partitions
+        self.max_message_bytes = max_message_bytes
+        self.auto_run = auto_run
+        self.clock_ms = start_ms
+        self.records: list[LoggedRecord] = []
+        self.directory: dict[str, dict[str, Any]] = {}
+        self.replicas_stalled = False
+        self._stalled: list[Callable[[BaseException | None], None]] = []
+        self._offsets: dict[int, int] = {}
+        self._peers: dict[str, TestPeer] = {}
+        self._incarnations: dict[str, TestPeer] = {}
+        self._jobs: deque[tuple[TestPeer, str, Any]] = deque()
+        self._running = False
+        self._current: TestPeer | None = None
+        self._crash_next: dict[str, tuple[str | None, bool]] = {}
+        self._delivered: dict[tuple[str, str], Envelope] = {}
+        self._codec = peer_codec()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- peers ---------------------------------------------------------------------------
+    def now_ms(self) -> int:
+        """The bus's clock (moved by :meth:`advance`)."""
+        return self.clock_ms
+
+    def peer(self, peer_id: str, environment: str | None = None, *, persistent: bool = True,
+             options: PeerOptions | None = None, start: bool = True) -> TestPeer:
+        """A new peer (started unless ``start=False``)."""
+        opts = (options or self.options).with_(persistent=persistent)
+        peer = TestPeer(self, peer_id, environment or self.environment, opts)
+        old = self._peers.get(peer_id)
+        self._peers[peer_id] = peer
+        if start:
+            try:
+                peer.start()
+            except Exception:
+                if old is not None:
+                    self._peers[peer_id] = old
+                raise
+        return peer
+
+    def __getitem__(self, peer_id: str) -> TestPeer:
+        return self._peers[peer_id]
+
+    def _start(self, peer: TestPeer) -> None:
+        core = peer.core
+        core.set_phase(Phase.STARTING)
+        for key, desc in list(self.directory.items()):
+            core.on_directory(key, desc)
+        try:
+            core.check_duplicate(self._probe)
+        except Exception:
+            core.set_phase(Phase.STOPPED)
+            raise
+        core.publish_descriptor(True)
+        core.begin_replay()
+        for env in self._replay_envelopes(peer.peer_id):
+            core.deliver_replayed(env)
+        core.end_replay()
+        self._maybe_run()
+
+    def restart(self, peer_id: str) -> TestPeer:
+        """Start ``peer_id`` again as a new incarnation with the same handlers; it replays
+        every message it had not acked (``ctx.replay``, ``ctx.delivery_count`` = failures so
+        far). A running peer is stopped first."""
+        old = self._peers[peer_id]
+        if not old.crashed and old.core.phase in RUNNING:
+            old.stop()
+        new = TestPeer(self, peer_id, old.core.environment, old.core.options,
+                       old.core.handlers)
+        self._peers[peer_id] = new
+        new.start()
+        return new
+
+    def crash(self, peer_id: str) -> None:
+        """Crash ``peer_id`` now: unappended acks and queued handler jobs are lost, its
+        directory entry stays up until its heartbeat expires. Called from inside one of the
+        peer's handlers, it aborts the handler midway (raises :class:`SimulatedCrash`)."""
+        peer = self._peers[peer_id]
+        if self._current is peer:
+            raise SimulatedCrash(peer_id)
+        self._crash(peer)
+
+    def crash_next(self, peer_id: str, message_type: type | str | None = None,
+                   after_handler: bool = False) -> None:
+        """Crash ``peer_id`` at its next handler (of ``message_type`` if given): before the
+        handler runs, or ``after_handler`` once it returned but before its ack."""
+        name = message_type if isinstance(message_type, str) or message_type is None \
+            else message_type_of(message_type).name
+        self._crash_next[peer_id] = (name, after_handler)
+
+    def _crash(self, peer: TestPeer) -> None:
+        peer.crashed = True
+        peer.core.drop_pending_acks()
+        peer.core.set_phase(Phase.STOPPED)
+        self._jobs = deque(j for j in self._jobs if j[0] is not peer)
+
+    def duplicate(self, message_id: str, to: str, bypass_dedup: bool = False) -> None:
+        """Deliver ``message_id`` to ``to`` once more, live, as a network duplicate would.
+        The peer's dedup drops it unless ``bypass_dedup`` (or the peer restarted since)."""
+        env = self._delivered.get((to, message_id)) or next(
+            (e for e in self._replay_envelopes(to, all_sends=True) if e.message_id == message_id),
+            None)
+        if env is None:
+            raise KeyError(f"no message {message_id} was sent to {to}")
+        peer = self._peers[to]
+        if bypass_dedup:
+            peer.core.dedup.forget(message_id)
+        copy = Envelope(env.message_id, env.sender, env.message_type, env.payload,
+                        env.timestamp_ms, env.persistent, env.environment, env.delivery_count)
+        peer.core.inbox.accept(copy)
+        self._maybe_run()
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock; running peers heartbeat, others' entries may expire."""
+        self.clock_ms += int(seconds * 1000)
+        for peer in list(self._peers.values()):
+            if not peer.crashed and peer.core.phase in RUNNING:
+                peer.core.tick()
+        self._maybe_run()
+
+    def stall_replicas(self) -> None:
+        """From now on ``quorum``/``all`` sends stay unconfirmed (replicas down)."""
+        self.replicas_stalled = True
+
+    def resume_replicas(self) -> None:
+        """Replicas are back: every stalled durability wait completes."""
+        self.replicas_stalled = False
+        stalled, self._stalled = self._stalled, []
+        for done in stalled:
+            done(None)
+        self._maybe_run()
+
+    def purge(self, peer_id: str) -> None:
+        """Append a Purge: ``peer_id``'s queue empties."""
+        self._append(peer_id, self._codec.encode("Purge", {
+            "peer": peer_id, "environment": self._peers[peer_id].core.environment
+            if peer_id in self._peers else self.environment, "timestamp_ms": self.clock_ms}),
+            None)
+
+    # ---- running -------------------------------------------------------------------------
+    def run_until_idle(self, max_steps: int = 10_000_000) -> int:
+        """Handle queued messages until none is left; returns how many jobs ran."""
+        if self._running:
+            return 0
+        self._running = True
+        steps = 0
+        try:
+            while self._jobs and steps < max_steps:
+                peer, incarnation, job = self._jobs.popleft()
+                if peer.crashed or peer.core.incarnation != incarnation:
+                    continue
+                steps += 1
+                self._run_job(peer, job)
+            for peer in self._peers.values():
+                if not peer.crashed and peer.core.phase in RUNNING:
+                    peer.core.flush_acks()
+        finally:
+            self._running = False
+        return steps
+
+    def _run_job(self, peer: TestPeer, job: Any) -> None:
+        plan = self._crash_next.get(peer.peer_id)
+        if plan is not None and plan[0] in (None, job.env.message_type):
+            del self._crash_next[peer.peer_id]
+            if not plan[1]:
+                self._crash(peer)
+                return
+            job._finish = lambda j, e, p=peer: self._crash(p)
+        self._current = peer
+        try:
+            if job.is_async:
+                self._run_coroutine(job.run_async())
+            else:
+                job.run()
+        except SimulatedCrash:
+            self._crash(peer)
+        finally:
+            self._current = None
+
+    def _run_coroutine(self, coro: Any) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(coro)
+            return
+        box: list[BaseException] = []
+
+        def run() -> None:  # a running loop on this thread: use a helper thread's own loop
+            try:
+                asyncio.run(coro)
+            except BaseException as exc:  # noqa: BLE001
+                box.append(exc)
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+        if box:
+            raise box[0]
+
+    def _maybe_run(self) -> None:
+        if self.auto_run:
+            self.run_until_idle()
+
+    # ---- the in-memory log, directory and network ------------------------------------------
+    def _append(self, key: str, value: bytes, on_delivery: Any) -> None:
+        if len(value) > self.max_message_bytes:
+            from log.exceptions import OversizedMessageError
+            raise OversizedMessageError(f"record of {len(value)} bytes exceeds"
+                                        f" max_message_bytes={self.max_message_bytes}")
+        dec = self._codec.decode(value)
+        part = partition_for_peer(key, self.partitions)
+        offset = self._offsets.get(part, 0)
+        self._offsets[part] = offset + 1
+        self.records.append(LoggedRecord(part, offset, key, dec.name, dec.record))
+        if on_delivery is not None:
+            on_delivery(None, _Msg("txlog", part, offset))
+
+    def _register(self, peer_id: str, descriptor: dict[str, Any]) -> None:
+        self.directory[peer_id] = dict(descriptor)
+        for peer in list(self._peers.values()):
+            if not peer.crashed and peer.core.phase is not Phase.CREATED:
+                peer.core.on_directory(peer_id, dict(descriptor))
+
+    def _at(self, endpoint: str) -> TestPeer | None:
+        peer = self._incarnations.get(endpoint[len("mem://"):].partition("/")[2])
+        if peer is None or peer.crashed or peer.core.phase not in RUNNING:
+            return None
+        return peer
+
+    def _probe(self, endpoint: str) -> str | None:
+        peer = self._at(endpoint)
+        return None if peer is None else peer.core.incarnation
+
+    def _deliver(self, endpoint: str, batch: bytes, done: Any) -> None:
+        peer = self._at(endpoint)
+        if peer is None:
+            done(None, PeerUnreachableError(f"connection refused by {endpoint}"))
+            return
+        record = self._codec.decode(batch).record
+        receipt = self._codec.decode(peer.core.receive_bytes(batch)).record
+        if not receipt["error"]:
+            for m in record["messages"]:
+                self._delivered[(peer.peer_id, m["message_id"])] = Envelope(
+                    m["message_id"], record["sender"], m["message_type"], m["payload"],
+                    m["timestamp_ms"], m["persistent"], record["environment"])
+        done(receipt, None)
+
+    # ---- what the log says -----------------------------------------------------------------
+    def _replay_envelopes(self, peer_id: str, all_sends: bool = False) -> Iterator[Envelope]:
+        queue: dict[str, LoggedRecord] = {}
+        acked: set[str] = set()
+        failures: dict[str, int] = {}
+        for rec in self.records:
+            if rec.key != peer_id:
+                continue
+            mid = rec.record.get("message_id", "")
+            if rec.name == "Send" and (all_sends or mid not in acked):
+                queue.setdefault(mid, rec)
+            elif rec.name == "Ack" and not all_sends:
+                acked.add(mid)
+                queue.pop(mid, None)
+            elif rec.name == "Purge" and not all_sends:
+                queue.clear()
+            elif rec.name == "DeliveryFailed":
+                failures[mid] = failures.get(mid, 0) + 1
+        for mid, rec in queue.items():
+            env = Envelope.from_send(rec.record, True, rec.partition, rec.offset)
+            env.delivery_count = failures.get(mid, 0)
+            yield env
+
+    def unacked(self, peer_id: str) -> list[str]:
+        """Message ids queued for ``peer_id`` (sent, not acked, not purged), in log order."""
+        return [e.message_id for e in self._replay_envelopes(peer_id)]
+
+    def sends(self, peer_id: str | None = None) -> list[dict[str, Any]]:
+        """Send records in txlog (to ``peer_id`` if given)."""
+        return self._of("Send", peer_id)
+
+    def acks(self, peer_id: str | None = None) -> list[dict[str, Any]]:
+        """Ack records in txlog (by ``peer_id`` if given)."""
+        return self._of("Ack", peer_id)
+
+    def failures(self, peer_id: str | None = None) -> list[dict[str, Any]]:
+        """DeliveryFailed records in txlog (of ``peer_id`` if given)."""
+        return self._of("DeliveryFailed", peer_id)
+
+    def _of(self, name: str, peer_id: str | None) -> list[dict[str, Any]]:
+        return [r.record for r in self.records
+                if r.name == name and (peer_id is None or r.key == peer_id)]

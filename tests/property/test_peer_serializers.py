@@ -1,0 +1,100 @@
+"""Payload serializers: round trips, the fast encoder equals fastavro, malformed input is a
+PayloadError and nothing else; a re-marked Send equals a Send encoded with the mark."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+from fastavro import schemaless_writer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from peer_client.exceptions import PayloadError
+from peer_client.records import mark_direct, peer_codec
+from peer_client.serializers import AvroSerializer, JsonSerializer, _to_data
+
+
+@dataclass
+class Flat:
+    name: str
+    count: int
+    ok: bool
+    blob: bytes
+    note: str | None = None
+
+
+@dataclass
+class Line:
+    sku: str
+    qty: int
+
+
+@dataclass
+class Nested:
+    order_id: str
+    price: float
+    lines: list[Line] = field(default_factory=list)
+    tags: dict[str, int] = field(default_factory=dict)
+    parent: Line | None = None
+
+
+LONG = st.integers(-(2**63), 2**63 - 1)
+flats = st.builds(Flat, st.text(), LONG, st.booleans(), st.binary(), st.none() | st.text())
+nesteds = st.builds(Nested, st.text(), st.floats(allow_nan=False),
+                    st.lists(st.builds(Line, st.text(), LONG), max_size=4),
+                    st.dictionaries(st.text(), LONG, max_size=3),
+                    st.none() | st.builds(Line, st.text(), LONG))
+
+FLAT = AvroSerializer(Flat, "test.Flat")
+NESTED = AvroSerializer(Nested, "test.Nested")
+
+
+@settings(max_examples=200, deadline=None)
+@given(flats)
+def test_flat_round_trip_and_fast_path_equals_fastavro(obj: Flat) -> None:
+    data = FLAT.encode(obj)
+    assert FLAT.decode(data) == obj
+    buf = io.BytesIO()
+    buf.write(data[:10])
+    schemaless_writer(buf, FLAT._parsed, _to_data(obj))
+    assert buf.getvalue() == data
+    assert JsonSerializer(Flat).decode(JsonSerializer(Flat).encode(
+        Flat(obj.name, obj.count, obj.ok, b"", obj.note))) == Flat(obj.name, obj.count, obj.ok,
+                                                                  b"", obj.note)
+    assert JsonSerializer(Flat).decode(JsonSerializer(Flat).encode(obj)) == obj
+
+
+@settings(max_examples=200, deadline=None)
+@given(nesteds)
+def test_nested_round_trip(obj: Nested) -> None:
+    assert NESTED.decode(NESTED.encode(obj)) == obj
+
+
+@settings(max_examples=300, deadline=None)
+@given(flats, st.binary(max_size=40), st.integers(0, 60))
+def test_malformed_payloads_raise_payload_error_only(obj: Flat, junk: bytes, cut: int) -> None:
+    data = FLAT.encode(obj)
+    for bad in (junk, data[:cut], data + junk[:1] if junk else data + b"\x00",
+                data[:10] + junk):
+        if bad == data:
+            continue
+        try:
+            FLAT.decode(bad)
+        except PayloadError:
+            pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=30), st.binary(max_size=300),
+       st.text(min_size=1, max_size=40))
+def test_mark_direct_equals_encoding_with_the_mark(recipient: str, payload: bytes,
+                                                   incarnation: str) -> None:
+    codec = peer_codec()
+    rec = {"message_id": "m-1", "sender": "A", "recipient": recipient, "environment": "test",
+           "message_type": "x.Y", "payload": payload, "timestamp_ms": 17, "delivery_count": 0,
+           "direct_incarnation": None}
+    plain = codec.encode("Send", rec)
+    assert mark_direct(plain, incarnation) == codec.encode(
+        "Send", {**rec, "direct_incarnation": incarnation})
+    assert codec.decode(mark_direct(plain, incarnation)).record["direct_incarnation"] == incarnation
