@@ -7,6 +7,9 @@ objects: every length prefix, that the strings are valid UTF-8, that the trailin
 long/int varints are well formed and that nothing follows them. Whatever it cannot vouch
 for returns ``None`` and the caller falls back to the full codec decode, which names the
 problem (dead letter) or accepts the record (e.g. an older writer schema).
+
+Fields appended to a schema with defaults (Send's nullable ``direct_incarnation``) are
+walked after the base layout; a schema whose layout is anything else gets no scanner.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from collections.abc import Callable
 import schemas
 from log.codec import MARKER, Codec
 
-__all__ = ["SEND", "ACK", "PURGE", "txlog_scanners", "scan_send", "scan_ack", "scan_purge"]
+__all__ = ["SEND", "ACK", "PURGE", "txlog_scanners", "scanner_for", "scan_send", "scan_ack",
+           "scan_purge"]
 
 SEND, ACK, PURGE = 0, 1, 2
 _HIGH = bytes(range(0x80, 0x100))  # varint continuation bytes (deleted to count terminators)
@@ -78,7 +82,80 @@ def _tail_ok(v: bytes, p: int, varints: int) -> bool:
             and len(rest.translate(None, _HIGH)) == varints)
 
 
-def _send_slow(v: bytes) -> bytes | None:
+# ---- trailing fields ---------------------------------------------------------------------
+# A record's fields after its last string/bytes field of the base layout: the base's long/int
+# fields, then any fields appended later with defaults (e.g. Send's nullable
+# ``direct_incarnation``). Kinds: "long", "int", "string", "bytes", "float", "double", or a
+# tuple of union branches among those and "null".
+_WALKABLE = {"null", "long", "int", "string", "bytes", "float", "double"}
+Tail = Callable[[bytes, int], bool]
+
+
+def _walk_one(v: bytes, p: int, kind: str | tuple[str, ...]) -> int | None:
+    """Position after one value of ``kind`` at ``p``, or None when it cannot vouch for it."""
+    if isinstance(kind, tuple):
+        index, p = _varint(v, p)
+        if not 0 <= index < len(kind):
+            return None
+        kind = kind[index]
+    if kind == "null":
+        return p
+    if kind in ("long", "int"):
+        return _varint(v, p)[1]
+    if kind == "float":
+        return p + 4 if p + 4 <= len(v) else None
+    if kind == "double":
+        return p + 8 if p + 8 <= len(v) else None
+    if kind == "string":
+        walked = _strings(v, p, 1)
+        return None if walked is None else walked[0]
+    size, p = _varint(v, p)  # bytes
+    return p + size if size >= 0 and p + size <= len(v) else None
+
+
+def _tail(varints: int, extras: tuple[str | tuple[str, ...], ...]) -> Tail:
+    """A check that ``v[p:]`` is exactly ``varints`` long/int fields followed by ``extras``.
+    The common case (every extra a union whose first branch is null, holding null) is one
+    ``translate`` over the varints plus a comparison with zero bytes."""
+    lead = varints + next((i for i, k in enumerate(extras) if k not in ("long", "int")),
+                          len(extras))
+    rest_kinds = extras[lead - varints:]
+    nulls = len(rest_kinds) if all(isinstance(k, tuple) and k[0] == "null"
+                                   for k in rest_kinds) else -1
+    zeros = b"\0" * max(nulls, 0)
+
+    def walk(v: bytes, p: int) -> bool:
+        try:
+            for _ in range(lead):
+                p = _varint(v, p)[1]
+            for kind in rest_kinds:
+                q = _walk_one(v, p, kind)
+                if q is None:
+                    return False
+                p = q
+        except (IndexError, ValueError):
+            return False
+        return p == len(v)
+
+    if nulls == 0:
+        return lambda v, p: _tail_ok(v, p, lead)
+    if nulls < 0:
+        return walk
+
+    def check(v: bytes, p: int) -> bool:
+        n = len(v) - nulls
+        rest = v[p:n]
+        if (0 < len(rest) <= 10 * lead and rest[-1] < 0x80 and v[n:] == zeros
+                and len(rest.translate(None, _HIGH)) == lead):
+            return True
+        return walk(v, p)
+    return check
+
+
+_BASE_TAIL = _tail(2, ())  # timestamp_ms, delivery_count
+
+
+def _send_slow(v: bytes, tail: Tail = _BASE_TAIL) -> bytes | None:
     walked = _strings(v, 10, 5)
     if walked is None:
         return None
@@ -86,82 +163,105 @@ def _send_slow(v: bytes) -> bytes | None:
         size, p = _varint(v, walked[0])  # payload: bytes
     except (IndexError, ValueError):
         return None
-    return b"" if size >= 0 and _tail_ok(v, p + size, 2) else None
+    return b"" if size >= 0 and p + size <= len(v) and tail(v, p + size) else None
 
 
-def scan_send(v: bytes) -> bytes | None:
-    """A well-formed Send gives ``b""`` (nothing to index); else None."""
-    try:  # unrolled for the common case: five strings shorter than 64 bytes
-        b = v[10]
-        p, o = 11 + (b >> 1), b
-        b = v[p]
-        p, o = p + 1 + (b >> 1), o | b
-        b = v[p]
-        p, o = p + 1 + (b >> 1), o | b
-        b = v[p]
-        p, o = p + 1 + (b >> 1), o | b
-        b = v[p]
-        p, o = p + 1 + (b >> 1), o | b
-        if o & 0x81:  # a long or negative length
-            return _send_slow(v)
-        if not v[11:p].isascii():
-            v[11:p].decode()
-        b = v[p]  # payload length: one or two varint bytes
-        if b < 0x80:
-            n, p = b, p + 1
-        else:
-            b2 = v[p + 1]
-            if b2 >= 0x80:
-                return _send_slow(v)
-            n, p = (b & 0x7F) | (b2 << 7), p + 2
-        if n & 1:
+def _send_scanner(tail: Tail) -> Scanner:
+    """The Send scanner for a layout whose fields after ``payload`` ``tail`` checks."""
+    def scan_send(v: bytes) -> bytes | None:
+        """A well-formed Send gives ``b""`` (nothing to index); else None."""
+        try:  # unrolled for the common case: five strings shorter than 64 bytes
+            b = v[10]
+            p, o = 11 + (b >> 1), b
+            b = v[p]
+            p, o = p + 1 + (b >> 1), o | b
+            b = v[p]
+            p, o = p + 1 + (b >> 1), o | b
+            b = v[p]
+            p, o = p + 1 + (b >> 1), o | b
+            b = v[p]
+            p, o = p + 1 + (b >> 1), o | b
+            if o & 0x81:  # a long or negative length
+                return _send_slow(v, tail)
+            if not v[11:p].isascii():
+                v[11:p].decode()
+            b = v[p]  # payload length: one or two varint bytes
+            if b < 0x80:
+                n, p = b, p + 1
+            else:
+                b2 = v[p + 1]
+                if b2 >= 0x80:
+                    return _send_slow(v, tail)
+                n, p = (b & 0x7F) | (b2 << 7), p + 2
+            if n & 1:
+                return None
+            p += n >> 1
+            if p >= len(v):
+                return None
+        except IndexError:  # a long string made the unrolled walk overshoot
+            return _send_slow(v, tail)
+        except UnicodeDecodeError:
             return None
-        rest = v[p + (n >> 1):]
-    except (IndexError, UnicodeDecodeError):
+        return b"" if tail(v, p) else None
+    return scan_send
+
+
+def _ack_scanner(tail: Tail) -> Scanner:
+    """The Ack scanner for a layout whose fields after ``environment`` ``tail`` checks."""
+    def scan_ack(v: bytes) -> bytes | None:
+        """A well-formed Ack gives the index suffix ``peer\\0message_id``; else None."""
+        try:
+            b = v[10]
+            m = 11 + (b >> 1)
+            b2 = v[m]
+            p = m + 1 + (b2 >> 1)
+            b3 = v[p]
+            e = p + 1 + (b3 >> 1)
+            if (b | b2 | b3) & 0x81:
+                return _ack_slow(v, tail)
+            if not v[11:e].isascii():
+                v[11:e].decode()
+            if e >= len(v):
+                return None
+        except IndexError:
+            return _ack_slow(v, tail)
+        except UnicodeDecodeError:
+            return None
+        if tail(v, e):
+            return v[m + 1:p] + b"\0" + v[11:m]
         return None
-    return b"" if (0 < len(rest) <= 20 and rest[-1] < 0x80
-                   and len(rest.translate(None, _HIGH)) == 2) else None
+    return scan_ack
 
 
-def scan_ack(v: bytes) -> bytes | None:
-    """A well-formed Ack gives the index suffix ``peer\\0message_id``; else None."""
-    try:
-        b = v[10]
-        m = 11 + (b >> 1)
-        b2 = v[m]
-        p = m + 1 + (b2 >> 1)
-        b3 = v[p]
-        e = p + 1 + (b3 >> 1)
-        if (b | b2 | b3) & 0x81:
-            return _ack_slow(v)
-        if not v[11:e].isascii():
-            v[11:e].decode()
-        rest = v[e:]
-    except (IndexError, UnicodeDecodeError):
-        return None
-    if 0 < len(rest) <= 10 and rest[-1] < 0x80 and len(rest.translate(None, _HIGH)) == 1:
-        return v[m + 1:p] + b"\0" + v[11:m]
-    return None
-
-
-def _ack_slow(v: bytes) -> bytes | None:
+def _ack_slow(v: bytes, tail: Tail) -> bytes | None:
     walked = _strings(v, 10, 3)  # message_id, peer, environment
-    if walked is None or not _tail_ok(v, walked[0], 1):  # timestamp_ms
+    if walked is None or not tail(v, walked[0]):  # timestamp_ms, appended fields
         return None
     (ma, mb), (pa, pb) = walked[1][0], walked[1][1]
     return v[pa:pb] + b"\0" + v[ma:mb]
 
 
-def scan_purge(v: bytes) -> bytes | None:
-    """A well-formed Purge gives its ``peer``; else None."""
-    walked = _strings(v, 10, 2)  # peer, environment
-    if walked is None or not _tail_ok(v, walked[0], 1):  # timestamp_ms
-        return None
-    a, b = walked[1][0]
-    return v[a:b]
+def _purge_scanner(tail: Tail) -> Scanner:
+    """The Purge scanner for a layout whose fields after ``environment`` ``tail`` checks."""
+    def scan_purge(v: bytes) -> bytes | None:
+        """A well-formed Purge gives its ``peer``; else None."""
+        walked = _strings(v, 10, 2)  # peer, environment
+        if walked is None or not tail(v, walked[0]):  # timestamp_ms, appended fields
+            return None
+        a, b = walked[1][0]
+        return v[a:b]
+    return scan_purge
 
 
-# The field layouts the scanners assume; a schema that differs is left to the full decode.
+_ONE_VARINT = _tail(1, ())
+scan_send = _send_scanner(_BASE_TAIL)
+scan_ack = _ack_scanner(_ONE_VARINT)
+scan_purge = _purge_scanner(_ONE_VARINT)
+
+
+# The base field layouts the scanners walk, and how many long/int fields end each; a schema
+# may append fields with defaults after them (walked by the tail check), anything else is
+# left to the full decode.
 _LAYOUTS = {
     "Send": [("message_id", "string"), ("sender", "string"), ("recipient", "string"),
              ("environment", "string"), ("message_type", "string"), ("payload", "bytes"),
@@ -170,15 +270,42 @@ _LAYOUTS = {
             ("timestamp_ms", "long")],
     "Purge": [("peer", "string"), ("environment", "string"), ("timestamp_ms", "long")],
 }
+_TAIL_VARINTS = {"Send": 2, "Ack": 1, "Purge": 1}
+_FACTORIES = {"Send": _send_scanner, "Ack": _ack_scanner, "Purge": _purge_scanner}
+
+
+def _extra_kind(field: dict) -> str | tuple[str, ...] | None:
+    """The walkable kind of an appended field, or None (it has no default, or a type the
+    tail check does not walk)."""
+    if "default" not in field:
+        return None
+    t = field["type"]
+    if isinstance(t, str):
+        return t if t in _WALKABLE and t != "null" else None
+    if isinstance(t, list) and t and all(isinstance(b, str) and b in _WALKABLE for b in t):
+        return tuple(t)
+    return None
+
+
+def scanner_for(name: str, fields: list[dict]) -> Scanner | None:
+    """The scanner for record ``name`` with schema ``fields``, or None when the layout is
+    not the base layout followed by walkable fields with defaults."""
+    base = _LAYOUTS[name]
+    if [(f["name"], f["type"]) for f in fields[:len(base)]] != base:
+        return None
+    extras = [_extra_kind(f) for f in fields[len(base):]]
+    if any(k is None for k in extras):
+        return None
+    tail = _tail(_TAIL_VARINTS[name], tuple(k for k in extras if k is not None))
+    return _FACTORIES[name](tail)
 
 
 def txlog_scanners(codec: Codec) -> dict[bytes, tuple[int, Scanner]]:
     """``{10-byte header: (kind, scanner)}`` for the current Send, Ack and Purge schemas
-    whose field layout is the one the scanners walk."""
+    whose field layout is one the scanners walk."""
     out: dict[bytes, tuple[int, Scanner]] = {}
-    for name, kind, scan in (("Send", SEND, scan_send), ("Ack", ACK, scan_ack),
-                             ("Purge", PURGE, scan_purge)):
-        fields = [(f["name"], f["type"]) for f in schemas.load_schema(name)["fields"]]
-        if fields == _LAYOUTS[name]:
+    for name, kind in (("Send", SEND), ("Ack", ACK), ("Purge", PURGE)):
+        scan = scanner_for(name, list(schemas.load_schema(name)["fields"]))
+        if scan is not None:
             out[MARKER + codec.fingerprint_of(name)] = (kind, scan)
     return out

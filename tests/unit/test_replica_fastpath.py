@@ -6,9 +6,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log.codec import default_codec
+import schemas
+from log.codec import Codec, default_codec
 from log.exceptions import CodecError
-from replica.fastpath import ACK, PURGE, SEND, txlog_scanners
+from replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_scanners
 
 CODEC = default_codec()
 SCANNERS = txlog_scanners(CODEC)
@@ -17,11 +18,11 @@ longs = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
 def sends() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda m, s, r, e, t, p, ts, d: CODEC.encode("Send", {
+    return st.builds(lambda m, s, r, e, t, p, ts, d, i: CODEC.encode("Send", {
         "message_id": m, "sender": s, "recipient": r, "environment": e, "message_type": t,
-        "payload": p, "timestamp_ms": ts, "delivery_count": d}),
+        "payload": p, "timestamp_ms": ts, "delivery_count": d, "direct_incarnation": i}),
         text, text, text, text, text, st.binary(max_size=300), longs,
-        st.integers(-(1 << 31), (1 << 31) - 1))
+        st.integers(-(1 << 31), (1 << 31) - 1), st.none() | text)
 
 
 def acks() -> st.SearchStrategy[bytes]:
@@ -93,3 +94,58 @@ def test_poison_examples() -> None:
     assert scan(b"not avro at all") is None
     bad_utf8 = good[:11] + b"\xff" + good[12:]  # message_id "m" -> invalid byte
     assert scan(bad_utf8) is None and expected(bad_utf8) is None
+
+
+# A Send with more fields appended with defaults than the current schema has: the scanner
+# walks them too, and still never accepts what the codec rejects.
+_EXTRA = [{"name": "x", "type": ["null", "string"], "default": None},
+          {"name": "y", "type": "long", "default": 0},
+          {"name": "z", "type": ["null", "bytes", "long"], "default": None}]
+_WIDE = dict(schemas.load_schema("Send"))
+_WIDE["fields"] = list(_WIDE["fields"]) + _EXTRA
+WIDE_CODEC = Codec({"Send": _WIDE})
+WIDE_SCAN = scanner_for("Send", _WIDE["fields"])
+
+
+def wide_sends() -> st.SearchStrategy[bytes]:
+    return st.builds(lambda m, i, y, z: WIDE_CODEC.encode("Send", {
+        "message_id": m, "sender": "s", "recipient": "r", "environment": "e",
+        "message_type": "t", "payload": b"p", "timestamp_ms": 1, "delivery_count": 0,
+        "direct_incarnation": i, "x": i, "y": y, "z": z}),
+        text, st.none() | text, longs, st.none() | st.binary(max_size=20) | longs)
+
+
+def test_layouts_with_fields_without_defaults_get_no_scanner() -> None:
+    fields = list(schemas.load_schema("Send")["fields"]) + [{"name": "q", "type": "string"}]
+    assert scanner_for("Send", fields) is None
+    assert scanner_for("Send", list(reversed(schemas.load_schema("Send")["fields"]))) is None
+    assert WIDE_SCAN is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(wide_sends(), st.data())
+def test_appended_fields_are_walked_and_mutations_agree_with_the_codec(
+        value: bytes, data: st.DataObject) -> None:
+    assert WIDE_SCAN is not None
+    assert WIDE_SCAN(value) == b""
+    cut = data.draw(st.integers(10, len(value) - 1))
+    assert WIDE_SCAN(value[:cut]) is None
+    raw = bytearray(value)
+    for _ in range(data.draw(st.integers(1, 3))):
+        raw[data.draw(st.integers(10, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        WIDE_CODEC.decode(bytes(raw))
+        ok = True
+    except CodecError:
+        ok = False
+    assert WIDE_SCAN(bytes(raw)) is None or ok
+
+
+def test_direct_incarnation_takes_the_fast_path() -> None:
+    for inc in (None, "inc-1"):
+        value = CODEC.encode("Send", {
+            "message_id": "m", "sender": "a", "recipient": "peer-x", "environment": "default",
+            "message_type": "t", "payload": b"x" * 50, "timestamp_ms": 1, "delivery_count": 0,
+            "direct_incarnation": inc})
+        assert scan(value) == b""
+        assert scan(value[:-1]) is None and scan(value + b"\0") is None
