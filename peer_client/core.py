@@ -65,6 +65,7 @@ class PeerCore:
         self.stats: Counter[str] = Counter()
         self.directory = DirectoryCache(environment, options.dead_after_ms)
         self.dir_lock = threading.Lock()
+        self.dir_changed = threading.Condition(self.dir_lock)
         self.handlers = handlers.copy() if handlers is not None else HandlerRegistry()
         self.dedup = DedupWindow(options.dedup_window)
         self.flight = FlightControl(options.flight_size, options.flight_mode)
@@ -179,6 +180,7 @@ class PeerCore:
         """Fold one record of the directory topic into the cache."""
         with self.dir_lock:
             outcome = self.directory.apply(key, record)
+            self.dir_changed.notify_all()
         if outcome.kind == "rejected":
             self.stats["directory_rejected"] += 1
             if key not in self._warned:

@@ -1,0 +1,116 @@
+"""Direct delivery between peers: the gRPC service ``tidemark.Peer`` with one method.
+
+``/tidemark.Peer/Deliver`` takes a DirectBatch and returns a DirectReceipt, both Avro
+single-object bytes from ``schemas/`` (an empty batch is a ping). Like the replica service
+it uses raw-bytes generic handlers instead of a ``.proto``: Avro stays the project's only
+schema language, no protoc step is needed at build time, and the batch carries the same
+fields as the Send record it mirrors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import grpc
+
+from peer_client.exceptions import PeerClientError, PeerUnreachableError
+from peer_client.ports import DirectCallback
+from peer_client.records import peer_codec
+
+__all__ = ["SERVICE", "DELIVER", "DirectServer", "DirectClient"]
+
+log = logging.getLogger("peer_client.direct")
+SERVICE = "tidemark.Peer"
+DELIVER = f"/{SERVICE}/Deliver"
+_OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
+            ("grpc.max_send_message_length", 64 << 20)]
+
+
+class DirectServer:
+    """Serves ``Deliver`` with ``handler(bytes) -> bytes`` on ``bind`` (port 0: any free)."""
+
+    def __init__(self, bind: str, handler: Callable[[bytes], bytes], workers: int = 4) -> None:
+        def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                return handler(request)
+            except Exception as exc:  # noqa: BLE001 - answer, never kill the server thread
+                log.warning("Deliver failed: %s", exc)
+                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+                raise
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=workers,
+                                                      thread_name_prefix="peer-direct"),
+                                   options=[("grpc.so_reuseport", 0), *_OPTIONS])
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            SERVICE, {"Deliver": grpc.unary_unary_rpc_method_handler(handle)}),))
+        try:
+            port = self._server.add_insecure_port(bind)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise PeerClientError(f"cannot listen on {bind} (in use or not a local address)")
+        host = bind.rpartition(":")[0] or "127.0.0.1"
+        self.endpoint = f"{host}:{port}"
+        self.port = port
+        self._server.start()
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop serving."""
+        self._server.stop(grace).wait(grace + 1)
+
+
+class DirectClient:
+    """Calls ``Deliver`` on other peers; one cached channel per endpoint."""
+
+    def __init__(self, timeout_ms: int) -> None:
+        self.timeout = timeout_ms / 1000
+        self._channels: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._codec = peer_codec()
+
+    def _stub(self, endpoint: str) -> Any:
+        with self._lock:
+            stub = self._channels.get(endpoint)
+            if stub is None:
+                channel = grpc.insecure_channel(endpoint, options=_OPTIONS)
+                stub = self._channels[endpoint] = (channel, channel.unary_unary(DELIVER))
+        return stub[1]
+
+    def deliver(self, endpoint: str, batch: bytes, done: DirectCallback) -> None:
+        """Send an encoded DirectBatch; ``done(receipt, None)`` or ``done(None, error)``."""
+        future = self._stub(endpoint).future(batch, timeout=self.timeout)
+
+        def finished(fut: Any) -> None:
+            try:
+                data = fut.result()
+            except grpc.RpcError as exc:
+                done(None, PeerUnreachableError(f"{endpoint}: {exc.code().name}"
+                                                f" {exc.details() or ''}".rstrip()))
+                return
+            except Exception as exc:  # noqa: BLE001 - cancelled at shutdown
+                done(None, PeerUnreachableError(f"{endpoint}: {exc!r}"))
+                return
+            try:
+                receipt = self._codec.decode(data).record
+            except Exception as exc:  # noqa: BLE001 - not a peer, or a broken one
+                done(None, PeerUnreachableError(f"{endpoint} answered garbage: {exc}"))
+                return
+            done(receipt, None)
+        future.add_done_callback(finished)
+
+    def call(self, endpoint: str, batch: bytes, timeout: float | None = None) -> dict[str, Any]:
+        """A blocking ``Deliver`` (pings); raises :class:`PeerUnreachableError`."""
+        try:
+            data = self._stub(endpoint)(batch, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            raise PeerUnreachableError(f"{endpoint}: {exc.code().name}") from None
+        return self._codec.decode(data).record
+
+    def close(self) -> None:
+        """Close every channel."""
+        with self._lock:
+            for channel, _ in self._channels.values():
+                channel.close()
+            self._channels.clear()

@@ -1,0 +1,278 @@
+"""``Peer``: the synchronous peer over Kafka, gRPC and the replica nodes.
+
+    with Peer("billing", "prod", settings) as peer:
+        @peer.handler
+        def on_order(msg: OrderPlaced, ctx: MessageContext) -> None: ...
+        peer.send("shipping", OrderShipped(...))
+
+Start: serve direct delivery, read the directory to its end, refuse if this peer id is
+already running, register (up, new incarnation), follow the directory and heartbeat. Stop:
+refuse new messages, let in-flight sends confirm and handlers finish, flush acks, register
+down. Threads: handlers (a bounded pool; ``async def`` handlers on an event loop), gRPC
+server and client callbacks, one housekeeping thread (Kafka callbacks, ack linger,
+heartbeats, dead peers), the directory follower, one waiter per partition for quorum/all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Protocol
+
+from log.settings import Settings, load_settings
+from peer_client.context import Phase
+from peer_client.core import RUNNING, PeerCore
+from peer_client.direct import DirectClient, DirectServer
+from peer_client.directory import PeerEntry
+from peer_client.exceptions import PeerStateError, PeerUnreachableError, WrongEnvironmentError
+from peer_client.kafka_io import DirectoryFollower, KafkaLog
+from peer_client.options import PeerOptions
+from peer_client.ports import Delivery, StabilityPort
+from peer_client.runner import ThreadExecutor
+
+__all__ = ["Peer", "Replayer"]
+
+log = logging.getLogger("peer_client")
+
+
+class Replayer(Protocol):
+    """Replay at start (the next issue): deliver the peer's missed messages through
+    ``core.deliver_replayed`` while live messages are held back."""
+
+    def run(self, core: PeerCore) -> bool:
+        """Replay; return True to end in HANDOVER (keep forwarding), False for NORMAL."""
+
+
+def check_environment(peer_id: str, environment: str | None, settings: Settings) -> str:
+    """The peer's environment; refuses one that contradicts the configured environment."""
+    configured = settings.environment
+    if environment is None:
+        return configured
+    if configured not in ("default", environment):
+        raise WrongEnvironmentError(
+            f"peer {peer_id} is in environment {environment!r}, but this cluster's settings"
+            f" say {configured!r} ({settings.source}): refusing to register")
+    return environment
+
+
+class Peer:
+    """A peer of the bus; a context manager (``with Peer(...) as peer``)."""
+
+    def __init__(self, peer_id: str, environment: str | None = None,
+                 settings: Settings | None = None, options: PeerOptions | None = None, *,
+                 stability: StabilityPort | None = None, replayer: Replayer | None = None
+                 ) -> None:
+        self.settings = settings or load_settings()
+        self.options = options or PeerOptions()
+        env = check_environment(peer_id, environment, self.settings)
+        self.kafka = KafkaLog(self.settings)
+        self.direct = DirectClient(self.options.direct_timeout_ms)
+        self.executor = ThreadExecutor(self.options.workers, name=peer_id)
+        if stability is None:
+            from peer_client.stability import ReplicaStability
+            stability = ReplicaStability(self.settings, self.options.durability_timeout_ms)
+        self.stability = stability
+        self.replayer = replayer
+        self.core = PeerCore(peer_id, env, self.options, log_port=self.kafka,
+                             direct=self.direct, directory_port=self.kafka,
+                             stability=stability, executor=self.executor,
+                             max_message_bytes=self.settings.max_message_bytes)
+        self._server: DirectServer | None = None
+        self._follower: DirectoryFollower | None = None
+        self._stop = threading.Event()
+        self._house: threading.Thread | None = None
+
+    # ---- identity --------------------------------------------------------------------------
+    @property
+    def peer_id(self) -> str:
+        """This peer's id."""
+        return self.core.peer_id
+
+    @property
+    def environment(self) -> str:
+        """This peer's environment."""
+        return self.core.environment
+
+    @property
+    def incarnation(self) -> str:
+        """This run's random incarnation id."""
+        return self.core.incarnation
+
+    @property
+    def endpoint(self) -> str:
+        """Where this peer takes direct deliveries (``host:port``)."""
+        return self.core.endpoint
+
+    @property
+    def phase(self) -> Phase:
+        """Where the peer is in its life."""
+        return self.core.phase
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: sent, logged, direct_delivered, received, handled, duplicates, acks,
+        failed_deliveries, malformed, unknown_type, no_handler, rejected..."""
+        return dict(self.core.stats)
+
+    def handler(self, fn_or_cls: Any = None) -> Any:
+        """Register a handler: ``@peer.handler`` typed by the first parameter's annotation,
+        or ``@peer.handler(MessageType)``. It takes the message, and optionally a
+        :class:`~peer_client.MessageContext`. Registering subscribes to the type."""
+        return self.core.handler(fn_or_cls)
+
+    def directory(self) -> list[PeerEntry]:
+        """The peers of this environment, as this peer's directory cache knows them."""
+        with self.core.dir_lock:
+            return self.core.directory.entries()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "Peer":
+        """Serve, read the directory, register, replay (once available), go live."""
+        core, opts = self.core, self.options
+        if core.phase is not Phase.CREATED:
+            raise PeerStateError(f"peer {self.peer_id} is {core.phase.value}: create a new"
+                                 f" Peer to start again")
+        core.set_phase(Phase.STARTING)
+        try:
+            self._server = DirectServer(opts.bind, core.receive_bytes)
+            core.endpoint = opts.advertise or self._server.endpoint
+            self._follower = DirectoryFollower(self.settings, core.on_directory)
+            self._follower.read_to_end(opts.start_timeout_s)
+            core.check_duplicate(self._probe)
+            self._house = threading.Thread(target=self._housekeeping, daemon=True,
+                                           name=f"{self.peer_id}-house")
+            self._house.start()
+            core.publish_descriptor(True)
+            self.kafka.flush(opts.start_timeout_s)
+            self._follower.start()
+            if self.replayer is not None:
+                core.begin_replay()
+                core.end_replay(handover=self.replayer.run(core))
+            else:
+                core.set_phase(Phase.NORMAL)
+        except BaseException:
+            core.set_phase(Phase.STOPPED)
+            self._close()
+            raise
+        log.info("peer %s up in %s at %s (incarnation %s)", self.peer_id, self.environment,
+                 self.endpoint, self.incarnation)
+        return self
+
+    def stop(self) -> None:
+        """Refuse new messages, confirm in-flight sends, finish handlers, flush acks,
+        register down. Safe to call twice."""
+        core, t = self.core, self.options.stop_timeout_s
+        if core.phase not in RUNNING:
+            self._close()
+            return
+        core.set_phase(Phase.STOPPING)
+        try:
+            if not core.flight.wait_empty(t):
+                log.warning("peer %s: %d send(s) still unconfirmed at stop", self.peer_id,
+                            core.flight.in_flight)
+            if not self.executor.drain(t):
+                log.warning("peer %s: %d handler(s) still running at stop", self.peer_id,
+                            self.executor.active)
+            core.flush_acks()
+            core.publish_descriptor(False)
+            self.kafka.flush(t)
+        finally:
+            core.set_phase(Phase.STOPPED)
+            self._close()
+        log.info("peer %s stopped", self.peer_id)
+
+    def _close(self) -> None:
+        self._stop.set()
+        if self._house is not None:
+            self._house.join(5)
+        for closer in (getattr(self._follower, "close", None),
+                       getattr(self._server, "stop", None), self.direct.close,
+                       getattr(self.stability, "close", None), self.executor.close):
+            if closer is not None:
+                try:
+                    closer()
+                except Exception as exc:  # noqa: BLE001 - close the rest anyway
+                    log.debug("closing: %s", exc)
+        self._follower, self._server = None, None
+
+    def _probe(self, endpoint: str) -> str | None:
+        batch = self.core._encode("DirectBatch", {
+            "sender": self.peer_id, "sender_incarnation": self.incarnation,
+            "recipient": self.peer_id, "environment": self.environment, "messages": []})
+        try:
+            receipt = self.direct.call(endpoint, batch, timeout=2.0)
+        except PeerUnreachableError:
+            return None
+        return receipt["incarnation"] if receipt.get("recipient") == self.peer_id else None
+
+    def _housekeeping(self) -> None:
+        tick_s, next_tick = self.options.tick_ms / 1000, 0.0
+        poll, tick = self.kafka.poll, self.core.tick
+        while not self._stop.is_set():
+            poll(tick_s)
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + tick_s
+                try:
+                    tick()
+                except Exception:  # noqa: BLE001 - keep ticking
+                    log.exception("peer %s housekeeping failed", self.peer_id)
+
+    def __enter__(self) -> "Peer":
+        if self.core.phase is Phase.CREATED:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- sending ---------------------------------------------------------------------------
+    def send_nowait(self, to: str, message: Any, durability: str = "log",
+                    timeout: float | None = None) -> Delivery:
+        """Queue a point-to-point send; the :class:`Delivery` completes once it holds at
+        ``durability``. Blocks only while the flight size is reached (``timeout``)."""
+        return self.core.send(to, message, durability, timeout)
+
+    def send(self, to: str, message: Any, durability: str = "log",
+             timeout: float | None = None) -> str:
+        """Send and return the message id once ``durability`` holds: ``log`` (Kafka
+        acknowledged the Send), ``quorum`` (a majority of the partition's replicas applied
+        it) or ``all`` (the stable cut covers it). A persistent message to a peer that is
+        down or unreachable is logged and replayed to it later: no error."""
+        return self.core.send(to, message, durability, timeout).result(timeout)
+
+    def publish_nowait(self, message: Any, durability: str = "log",
+                       timeout: float | None = None) -> Delivery:
+        """Queue a publish to every subscriber of the message's type."""
+        return self.core.publish(message, durability, timeout)
+
+    def publish(self, message: Any, durability: str = "log",
+                timeout: float | None = None) -> str:
+        """Publish and return the message id once ``durability`` holds for every subscriber."""
+        return self.core.publish(message, durability, timeout).result(timeout)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every send so far is confirmed; False at the deadline."""
+        return self.core.flight.wait_empty(timeout)
+
+    def subscribers(self, message_cls: type) -> list[str]:
+        """Peers whose directory entry subscribes to ``message_cls``."""
+        return self.core.subscribers(message_cls)
+
+    def wait_for_peer(self, peer_id: str, timeout: float = 30.0,
+                      condition: Callable[[PeerEntry], bool] | None = None) -> PeerEntry:
+        """Block until the directory shows ``peer_id`` alive (and ``condition``)."""
+        deadline = time.monotonic() + timeout
+        core = self.core
+        with core.dir_changed:
+            while True:
+                entry = core.directory.get(peer_id)
+                if entry is not None and core.directory.is_alive(peer_id, core.clock_ms()) \
+                        and (condition is None or condition(entry)):
+                    return entry
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PeerUnreachableError(f"peer {peer_id} did not come up within"
+                                               f" {timeout}s")
+                core.dir_changed.wait(left)
