@@ -196,6 +196,7 @@ class Outbox:
                 handle.part_done(DurabilityUnavailableError(
                     f"durability {level!r} needs the replica nodes; none configured"))
                 return
+            handle.logged(msg)
             stability.wait(level, msg.partition(), msg.offset(), handle.part_done)
         return on_delivery
 

@@ -28,12 +28,14 @@ class Delivery:
     holds at the requested durability level (or failed)."""
 
     __slots__ = ("message_id", "_remaining", "_error", "_done", "_event", "_callbacks",
-                 "_on_final", "recipients")
+                 "_on_final", "recipients", "positions")
 
     def __init__(self, message_id: str, parts: int,
                  on_final: Callable[["Delivery"], None] | None = None) -> None:
         self.message_id = message_id
         self.recipients: list[str] = []
+        #: ``(txlog partition, offset)`` of each Send Kafka acknowledged (persistent only).
+        self.positions: list[tuple[int, int]] = []
         self._remaining = parts
         self._error: BaseException | None = None
         self._done = False
@@ -68,12 +70,17 @@ class Delivery:
     def kafka_done(self, err: Any, msg: Any) -> None:
         """A confluent-kafka delivery callback completing one part at durability ``log``."""
         if err is None:
+            self.positions.append((msg.partition(), msg.offset()))
             self.part_done(None)
         else:
             from log.exceptions import DeliveryError
             self.part_done(DeliveryError(f"Kafka did not acknowledge the Send of"
                                          f" {self.message_id} to {msg.topic()}"
                                          f"[{msg.partition()}]: {err.str()}"))
+
+    def logged(self, msg: Any) -> None:
+        """Record where Kafka put one Send (before a quorum/all wait)."""
+        self.positions.append((msg.partition(), msg.offset()))
 
     def fail(self, error: BaseException) -> None:
         """Fail every remaining part."""

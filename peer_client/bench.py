@@ -1,0 +1,115 @@
+"""``tidemark bench send``: ``Peer.send`` at durability ``log`` beside a raw confluent-kafka
+producer, in the same run, against the same cluster and topic.
+
+Both sides write one record per message with the durable producer settings and a delivery
+callback. The raw side produces pre-built bytes of the Send record's size to the same keys;
+the peer side does what an application's send does: encode the message (Avro), build and
+encode the Send, append it, and track it until Kafka acknowledges it (flight window,
+:class:`~peer_client.Delivery`). The recipient is not registered, so nothing is delivered
+directly (that path is measured by the integration tests). Rounds alternate after an
+uncounted warm-up; medians are reported.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from confluent_kafka import Producer
+
+from log.settings import Settings
+from log.topics import delete_topic_set, ensure_topics
+from peer_client.messages import message, message_type_of
+from peer_client.options import PeerOptions
+from peer_client.peer import Peer
+from peer_client.records import peer_codec
+
+__all__ = ["bench_send", "BenchPayload"]
+
+
+@message("tidemark.bench.Payload")
+@dataclass
+class BenchPayload:
+    """The benchmark's message: an opaque blob."""
+
+    data: bytes
+
+
+def _raw_round(settings: Settings, topic: str, keys: list[str], value: bytes) -> float:
+    producer = Producer(settings.producer_config())
+    failures: list[Any] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(err)
+
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    for key in keys:
+        try:
+            produce(topic, value, key, on_delivery=on_delivery)
+        except BufferError:
+            poll(0.05)
+            produce(topic, value, key, on_delivery=on_delivery)
+    producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"raw producer: {len(failures)} failed deliveries: {failures[0]}")
+    return len(keys) / elapsed
+
+
+def _peer_round(peer: Peer, keys: list[str], msg: BenchPayload) -> float:
+    send = peer.core.send
+    start = time.perf_counter()
+    for key in keys:
+        send(key, msg, "log", None)
+    if not peer.flush(120):
+        raise RuntimeError("peer sends not confirmed within 120 s")
+    return len(keys) / (time.perf_counter() - start)
+
+
+def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int = 150,
+               rounds: int = 3, recipients: int = 1000,
+               progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Alternating rounds of raw producer and ``Peer.send``; rates (msg/s), medians, ratio.
+
+    Runs on a topic set of its own (a unique prefix), deleted at the end.
+    """
+    bench = settings.with_overrides(
+        topic_prefix=f"{settings.topic_prefix}bench{uuid.uuid4().hex[:6]}.")
+    ensure_topics(bench)
+    try:
+        keys = [f"bench-peer-{i % recipients}" for i in range(messages)]
+        msg = BenchPayload(os.urandom(payload_bytes))
+        options = PeerOptions(flight_size=max(messages, 1), heartbeat_ms=60_000)
+        with Peer("bench-sender", bench.environment if bench.environment != "default"
+                  else "bench", bench, options) as peer:
+            sample = peer_codec().encode("Send", {
+                "message_id": f"{peer.incarnation}-{messages}", "sender": peer.peer_id,
+                "recipient": keys[0], "environment": peer.environment,
+                "message_type": "tidemark.bench.Payload",
+                "payload": message_type_of(msg).serializer.encode(msg),
+                "timestamp_ms": int(time.time() * 1000), "delivery_count": 0})
+            raw_value, topic = os.urandom(len(sample)), bench.topic("txlog")
+            progress("warm-up round (not counted)")
+            _raw_round(bench, topic, keys[: messages // 4], raw_value)
+            _peer_round(peer, keys[: messages // 4], msg)
+            raw_rates, peer_rates = [], []
+            for r in range(rounds):
+                raw_rates.append(_raw_round(bench, topic, keys, raw_value))
+                progress(f"round {r + 1}/{rounds}: raw {raw_rates[-1]:,.0f} msg/s")
+                peer_rates.append(_peer_round(peer, keys, msg))
+                progress(f"round {r + 1}/{rounds}: Peer.send {peer_rates[-1]:,.0f} msg/s")
+    finally:
+        delete_topic_set(bench)
+    raw, ours = statistics.median(raw_rates), statistics.median(peer_rates)
+    return {"messages": messages, "payload_bytes": payload_bytes, "record_bytes": len(sample),
+            "rounds": rounds, "durability": "log", "raw_msgs_per_s": round(raw),
+            "peer_msgs_per_s": round(ours), "ratio": round(ours / raw, 3), "target_ratio": 0.8,
+            "raw_rounds": [round(x) for x in raw_rates],
+            "peer_rounds": [round(x) for x in peer_rates]}
+

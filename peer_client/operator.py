@@ -1,0 +1,107 @@
+"""Operator functions behind ``tidemark peer list | purge`` (the CLI lives in ``tidemark/``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from log.consumer import read_to_end
+from log.exceptions import CodecError, DeliveryError
+from log.partitioner import partition_for_peer
+from log.producer import LogProducer
+from log.settings import Settings
+from peer_client.directory import DirectoryCache, PeerEntry
+from peer_client.exceptions import UnknownPeerError, WrongEnvironmentError
+from peer_client.records import peer_codec
+
+__all__ = ["read_directory", "list_peers", "purge_peer"]
+
+
+def read_directory(settings: Settings, dead_after_ms: int = 10_000,
+                   timeout_s: float = 60.0) -> dict[str, DirectoryCache]:
+    """The directory topic read to its end, folded per environment."""
+    caches: dict[str, DirectoryCache] = {}
+    decode = peer_codec().decode
+    for msgs in read_to_end(settings, "directory", timeout_s=timeout_s):
+        for msg in msgs:
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            if msg.value() is None:
+                for cache in caches.values():
+                    cache.apply(key, None)
+                continue
+            try:
+                dec = decode(msg.value())
+            except CodecError:
+                continue
+            if dec.name != "PeerDescriptor":
+                continue
+            env = dec.record["environment"]
+            cache = caches.get(env)
+            if cache is None:
+                cache = caches[env] = DirectoryCache(env, dead_after_ms)
+            cache.apply(key, dec.record)
+    return caches
+
+
+def _row(entry: PeerEntry, now_ms: int, dead_after_ms: int) -> dict[str, Any]:
+    return {"peer_id": entry.peer_id, "environment": entry.environment,
+            "endpoint": entry.endpoint, "up": entry.alive(now_ms, dead_after_ms),
+            "registered_up": entry.up, "incarnation": entry.incarnation,
+            "last_heartbeat_ms": entry.timestamp_ms,
+            "heartbeat_age_s": round(max(0, now_ms - entry.timestamp_ms) / 1000, 1),
+            "persistent": entry.persistent, "subscriptions": sorted(entry.subscriptions)}
+
+
+def list_peers(settings: Settings, environment: str | None = None,
+               dead_after_ms: int = 10_000, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """Every registered peer (of ``environment`` if given), by environment then id.
+
+    ``up`` is true when the peer registered as up and its last heartbeat is at most
+    ``dead_after_ms`` old; ``registered_up`` is what the peer itself last wrote.
+    """
+    now = int(time.time() * 1000)
+    rows = []
+    for env, cache in sorted(read_directory(settings, dead_after_ms, timeout_s).items()):
+        if environment is None or env == environment:
+            rows += [_row(e, now, dead_after_ms) for e in cache.entries()]
+    return rows
+
+
+def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
+               timeout_s: float = 60.0) -> dict[str, Any]:
+    """Append a Purge for ``peer_id`` (Zebus's decommissioning): its queue empties.
+
+    Refuses a peer the directory does not know (:class:`UnknownPeerError`) or knows only in
+    another environment (:class:`WrongEnvironmentError`). Returns where the Purge landed and
+    whether the peer is currently up.
+    """
+    env = environment or settings.environment
+    caches = read_directory(settings, timeout_s=timeout_s)
+    entry = caches[env].get(peer_id) if env in caches else None
+    if entry is None:
+        others = sorted(e for e, c in caches.items() if c.get(peer_id) is not None)
+        if others:
+            raise WrongEnvironmentError(f"peer {peer_id} is registered in environment"
+                                        f" {others[0]!r}, not {env!r}")
+        raise UnknownPeerError(f"peer {peer_id} is not registered in the directory"
+                               f" ({settings.topic('directory')})")
+    producer = LogProducer(settings, peer_codec())
+    where: dict[str, int] = {}
+    errors: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            where.update(partition=msg.partition(), offset=msg.offset())
+        else:
+            errors.append(err.str())
+    producer.produce("txlog", peer_id, "Purge", {"peer": peer_id, "environment": env,
+                                                  "timestamp_ms": int(time.time() * 1000)},
+                     on_delivery=delivered)
+    producer.flush(timeout_s)
+    if errors or "offset" not in where:
+        raise DeliveryError(f"the Purge of {peer_id} was not acknowledged by Kafka:"
+                            f" {errors[0] if errors else 'timed out'}")
+    return {"peer_id": peer_id, "environment": env, "up": entry.alive(
+        int(time.time() * 1000), 10_000), "partition": where.get(
+        "partition", partition_for_peer(peer_id, settings.partitions)),
+        "offset": where["offset"]}
