@@ -1,0 +1,101 @@
+"""``tidemark peer list | purge`` (the directory, Zebus's decommissioning) and
+``tidemark bench send``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tidemark.options import add_settings_args, env_flag, print_json, progress, settings_from_args
+
+__all__ = ["register"]
+
+
+def _depths(args: argparse.Namespace) -> dict[str, int]:
+    """Queue depth per peer from the queues topic; empty when it cannot be read."""
+    from log.exceptions import TidemarkError
+    from spark_streaming.depth import depth_report
+    try:
+        return dict(depth_report(settings_from_args(args))["peers"])
+    except TidemarkError:
+        return {}
+
+
+def _list(args: argparse.Namespace) -> int:
+    from peer_client.operator import list_peers
+    settings = settings_from_args(args)
+    rows: list[dict[str, Any]] = list_peers(settings, args.environment,
+                                            dead_after_ms=int(args.dead_after * 1000))
+    depths = _depths(args)
+    for row in rows:
+        row["queue_depth"] = depths.get(row["peer_id"], 0)
+    if args.json:
+        print_json(rows)
+        return 0
+    print(f"{'peer':<24} {'environment':<12} {'endpoint':<22} {'state':<5} {'incarnation':<14}"
+          f" {'heartbeat':>9} {'queue':>7}")
+    for r in rows:
+        print(f"{r['peer_id']:<24} {r['environment']:<12} {r['endpoint'] or '-':<22} "
+              f"{'up' if r['up'] else 'DOWN':<5} {r['incarnation'][:14]:<14} "
+              f"{r['heartbeat_age_s']:>8}s {r['queue_depth']:>7}")
+    return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    from peer_client.operator import purge_peer
+    out = purge_peer(settings_from_args(args), args.peer_id, args.environment)
+    if args.json:
+        print_json(out)
+    else:
+        print(f"purged {out['peer_id']} ({out['environment']}): Purge at txlog/"
+              f"{out['partition']}@{out['offset']}; its queue empties once the queues job"
+              f" has read it")
+    return 0
+
+
+def _bench_send(args: argparse.Namespace) -> int:
+    from peer_client.bench import bench_send
+    result = bench_send(settings_from_args(args), messages=args.messages,
+                        payload_bytes=args.payload_bytes, rounds=args.rounds,
+                        progress=progress)
+    if args.json:
+        print_json(result)
+        return 0
+    print(f"raw confluent-kafka producer : {result['raw_msgs_per_s']:>10,} msg/s")
+    print(f"Peer.send (durability log)   : {result['peer_msgs_per_s']:>10,} msg/s")
+    verdict = "meets" if result["ratio"] >= result["target_ratio"] else "BELOW"
+    print(f"ratio                        : {result['ratio']:>10.3f}  ({verdict} target"
+          f" >= {result['target_ratio']}; median of {result['rounds']})")
+    for key in ("stable_p50_ms", "stable_p99_ms"):
+        if key in result:
+            print(f"send->stable {key[7:10]} at durability all : {result[key]:>8.1f} ms")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[Any],
+             bench: argparse._SubParsersAction[Any]) -> None:
+    """Add ``peer`` and ``bench send``."""
+    peer = commands.add_parser("peer", help="peers in the directory; decommissioning")
+    sub = peer.add_subparsers(dest="peer_command", metavar="ACTION", required=True)
+    ls = sub.add_parser("list", help="id, environment, endpoint, up/down, incarnation,"
+                                     " last heartbeat, queue depth")
+    ls.add_argument("--environment", default=None, help="only this environment (default: all)")
+    ls.add_argument("--dead-after", type=float, default=10.0, metavar="SECONDS",
+                    help="a peer whose last heartbeat is older counts as down (default 10)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_list)
+    purge = sub.add_parser("purge", help="append a Purge: the peer's queue empties")
+    purge.add_argument("peer_id")
+    env_flag(purge, "--environment", "environment")
+    purge.add_argument("--json", action="store_true")
+    purge.set_defaults(func=_purge)
+    for p in (ls, purge):
+        add_settings_args(p)
+
+    send = bench.add_parser("send", help="Peer.send (durability log) vs raw confluent-kafka")
+    add_settings_args(send)
+    send.add_argument("--messages", type=int, default=200_000)
+    send.add_argument("--payload-bytes", type=int, default=150)
+    send.add_argument("--rounds", type=int, default=3)
+    send.add_argument("--json", action="store_true")
+    send.set_defaults(func=_bench_send)
