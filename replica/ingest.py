@@ -2,15 +2,18 @@
 
 Each step consumes a batch and applies it in one LevelDB write batch (records, indexes,
 interval map, position). Positions live in the store, never in Kafka. A record that cannot
-be decoded goes to ``deadletter`` (flushed before the batch is written) and its offset
-still counts as applied. A jump in txlog offsets below the Kafka log start leaves a gap in
-the interval map for backfill; holes above it (non-data offsets) count as consumed.
+be decoded goes to ``deadletter`` (flushed before the batch is written; a copy Kafka refuses,
+e.g. an oversized value, goes to the store's dead-letter ledger in the same batch, see
+:mod:`replica.deadletter`) and its offset still counts as applied. A jump in txlog offsets
+below the Kafka log start leaves a gap in the interval map for backfill; holes above it
+(non-data offsets) count as consumed.
 ``queues`` is compacted, so its map records consumer positions, holes included, and a
 partition not read for longer than ``delete.retention.ms`` is rebuilt from a full read.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 import time
@@ -19,10 +22,10 @@ from collections.abc import Callable, Iterable
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from log.codec import default_codec
-from log.consumer import DeadLetterWriter, LogConsumer
+from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
-from log.producer import LogProducer
 from log.settings import Settings
+from replica.deadletter import DeadLetters
 from replica.fastpath import ACK, PURGE, txlog_scanners
 from replica.store import (
     Batch,
@@ -31,6 +34,7 @@ from replica.store import (
     ack_prefix,
     data_key,
     data_prefix,
+    deadletter_key,
     progress_key,
     purge_prefix,
     queue_prefix,
@@ -86,7 +90,8 @@ class Ingestor:
             "fetch.wait.max.ms": 20})
         self._physical = {settings.topic(t): t for t in TOPICS}
         self._scanners = txlog_scanners(self.codec)
-        self._deadletter: DeadLetterWriter | None = None
+        self.deadletters = DeadLetters(settings, f"replica:{node_id}")
+        self.on_poison: Callable[[int], None] = lambda n: None  # e.g. a metrics counter
         self.partitions: list[int] = []
         self.high: dict[str, int] = {}
         self.low: dict[str, int] = {}
@@ -127,14 +132,6 @@ class Ingestor:
             return 1 << 62
         self.low[tp_name(topic, k)] = lo
         return lo
-
-    @property
-    def deadletter(self) -> DeadLetterWriter:
-        """The dead-letter writer (created on first use)."""
-        if self._deadletter is None:
-            self._deadletter = DeadLetterWriter(LogProducer(self.settings),
-                                                f"replica:{self.node_id}")
-        return self._deadletter
 
     # ---- one step --------------------------------------------------------------------------
     def step(self, timeout: float = 0.2) -> int:
@@ -225,9 +222,12 @@ class Ingestor:
             for msg, reason in poison:
                 log.warning("poison record %s[%d]@%d to deadletter: %s", msg.topic(),
                             msg.partition(), msg.offset(), reason)
-                self.deadletter.send(msg, reason)
-            self.deadletter.producer.flush()
+            for refused in self.deadletters.send(poison):  # copies Kafka did not take
+                refused["topic"] = physical.get(refused["topic"], refused["topic"])
+                put(deadletter_key(refused["topic"], refused["partition"], refused["offset"]),
+                    json.dumps(refused, sort_keys=True).encode())
             self.poison += len(poison)
+            self.on_poison(len(poison))
         batch.commit()
         self.applied += applied
         return applied
@@ -299,6 +299,5 @@ class Ingestor:
 
     def close(self) -> None:
         """Close the consumer and flush any dead letters."""
-        if self._deadletter is not None:
-            self._deadletter.producer.flush()
+        self.deadletters.close()
         self.consumer.close()

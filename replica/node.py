@@ -104,6 +104,7 @@ class Node:
         spec = self.cf.nodes.get(self.node_id)
         self.metrics.serve(spec.metrics_port if spec else 0, host=self.cf.metrics_host)
         self.ingest = Ingestor(self.settings, self.store, self.node_id, sync=self.cf.sync_writes)
+        self.ingest.on_poison = self.metrics.deadletters.inc
         self.ingest.assign(self._partition().log_partitions)
         self.backfiller = Backfiller(self.store, self.peers)
         self._publish()
@@ -387,7 +388,9 @@ class Node:
 
     def rpc_status(self, body: bytes) -> bytes:
         """The ``replica status --json`` document."""
-        return json.dumps(build_status(self.snapshot())).encode()
+        doc = build_status(self.snapshot())
+        doc["deadletter_ledger"] = self.store.dead_letters(limit=100)  # this node's own
+        return json.dumps(doc).encode()
 
     def snapshot(self) -> StatusSnapshot:
         """What the node knows now, for the status document."""

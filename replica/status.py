@@ -78,4 +78,10 @@ def render_text(doc: dict[str, Any]) -> str:
     for e in doc["loss_ledger"]:
         lines.append(f"  {e['topic']}/{e['partition']} [{e['start']}, {e['end']}) "
                      f"spliced by {e['node']} in epoch {e['epoch']}")
+    ledger = doc.get("deadletter_ledger") or []
+    if ledger:
+        lines.append(f"dead letters Kafka refused (kept in {doc['node']}'s store): {len(ledger)}")
+        for e in ledger[:10]:
+            lines.append(f"  {e['topic']}/{e['partition']}@{e['offset']} ({e['size']} bytes): "
+                         f"{e['reason']} / {e['error']}")
     return "\n".join(lines)

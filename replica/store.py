@@ -9,6 +9,7 @@ Keys (``tp`` = topic code ``t``/``q`` + 2-byte partition, offsets 8-byte big-end
 ``D t k off`` txlog record; ``A k peer\\0msg`` ack offset; ``U k peer\\0 off`` purge;
 ``Q k key`` queue entry (by Kafka key); ``R k`` queue progress; ``M tp`` interval map;
 ``P tp`` position and last-applied time; ``L seq`` loss ledger; ``X...`` metadata.
+``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from gossip.interval_map import IntervalMap, record_hash
 from replica.exceptions import StoreError
 
 __all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name", "data_key", "data_prefix",
-           "ack_key", "ack_prefix", "purge_prefix", "queue_prefix", "progress_key"]
+           "ack_key", "ack_prefix", "purge_prefix", "queue_prefix", "progress_key",
+           "deadletter_key"]
 
 TOPIC_CODES = {"txlog": b"t", "queues": b"q"}
 _CODE_TOPICS = {v: k for k, v in TOPIC_CODES.items()}
@@ -77,6 +79,11 @@ def queue_prefix(partition: int) -> bytes:
 def progress_key(partition: int) -> bytes:
     """Key of the last QueueProgress of queues partition ``partition``."""
     return b"R" + _H.pack(partition)
+
+
+def deadletter_key(topic: str, partition: int, offset: int) -> bytes:
+    """Key of the dead-letter ledger entry of record ``offset`` of (topic, partition)."""
+    return b"Z" + _tp(topic, partition) + _Q.pack(offset)
 
 
 _CUT_KEY = b"Xcut"
@@ -272,6 +279,21 @@ class Store:
             last = _Q.unpack(key[1:9])[0]
             break
         return b"L" + _Q.pack(last + 1)
+
+    # ---- dead-letter ledger -----------------------------------------------------------------
+    def dead_letters(self, limit: int | None = None) -> list[dict]:
+        """Poison records recorded here because Kafka refused their dead-letter copy
+        (``{topic, partition, offset, reason, error, size, sha256, ...}``), by tp and offset."""
+        out: list[dict] = []
+        for _, value in self.db.iterator(prefix=b"Z"):
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(json.loads(value))
+        return out
+
+    def dead_letter_count(self) -> int:
+        """How many entries the dead-letter ledger holds."""
+        return sum(1 for _ in self.db.iterator(prefix=b"Z", include_value=False))
 
     # ---- queues rebuild --------------------------------------------------------------------
     def reset_queues(self, partition: int) -> None:
