@@ -1,8 +1,11 @@
 """Backfill: fill a gap of the interval map from a peer replica that holds the range.
 
-Gaps are filled chunk by chunk. For each chunk the node first compares digests with the
-peer (the OpenSplice equality check) and copies nothing when they match; otherwise it
-fetches the records and applies them — records, indexes and the map — in one write batch.
+Gaps are filled chunk by chunk. A chunk is at most ``chunk`` offsets and at most
+``max_bytes`` of record values (the peer's ``Digest`` stops early at that bound and says
+where: ``end``), so a ``Fetch`` stays well below gRPC's 64 MiB message cap whatever the record
+size. For each chunk the node first compares digests with the peer (the OpenSplice equality
+check) and copies nothing when they match; otherwise it fetches the records and applies them
+— records, indexes and the map — in one write batch.
 """
 
 from __future__ import annotations
@@ -14,22 +17,48 @@ from collections.abc import Callable, Mapping
 
 from gossip.interval_map import IntervalMap
 from gossip.missing import find_source
-from gossip.service import ReplicaClient, unpack_records
+from gossip.service import MAX_MESSAGE_BYTES, ReplicaClient, pack_records, unpack_records
 from replica.ingest import index_txlog
 from replica.store import Store
 
-__all__ = ["Backfiller"]
+__all__ = ["Backfiller", "serve_digest", "serve_fetch", "CHUNK_BYTES"]
 
 log = logging.getLogger(__name__)
+CHUNK_BYTES = 16 << 20  # record bytes per chunk; a quarter of the gRPC message cap
+
+
+def serve_digest(store: Store, body: bytes) -> bytes:
+    """The ``Digest`` handler: ``{partition, start, end[, max_bytes]}`` -> ``{digest, count,
+    end}`` over the stored records of ``[start, end)``; with ``max_bytes`` it stops before
+    the record that would pass that many value bytes (always taking at least one) and
+    ``end`` is where it stopped."""
+    req = json.loads(body)
+    limit = req.get("max_bytes")
+    digest, count, end = store.digest_upto(req["partition"], req["start"], req["end"],
+                                           int(limit) if limit else None)
+    return json.dumps({"digest": str(digest), "count": count, "end": end}).encode()
+
+
+def serve_fetch(store: Store, body: bytes) -> bytes:
+    """The ``Fetch`` handler: the stored records of ``[start, end)``. It never truncates a
+    range (the caller marks it applied): a reply over the gRPC cap is refused instead."""
+    req = json.loads(body)
+    out = pack_records(store.records(req["partition"], req["start"], req["end"]))
+    if len(out) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"Fetch of [{req['start']}, {req['end']}) is {len(out)} bytes, over "
+                         f"the {MAX_MESSAGE_BYTES}-byte message cap: ask Digest with max_bytes")
+    return out
 
 
 class Backfiller:
     """Fills txlog gaps of one node from its peers, a bounded amount per call."""
 
-    def __init__(self, store: Store, peers: ReplicaClient, chunk: int = 5000) -> None:
+    def __init__(self, store: Store, peers: ReplicaClient, chunk: int = 5000,
+                 max_bytes: int = CHUNK_BYTES) -> None:
         self.store = store
         self.peers = peers
         self.chunk = chunk
+        self.max_bytes = max_bytes
         self.copied = 0
         self.skipped = 0
         self.status = ""
@@ -54,7 +83,7 @@ class Backfiller:
                     self._announced.add((partition, end))
                     log.warning("backfilling txlog/%d [%d, %d) from %s", partition, start, end,
                                 node)
-                self._copy(partition, start, stop, node, addresses[node], on_copied)
+                stop = self._copy(partition, start, stop, node, addresses[node], on_copied)
                 worked = True
                 done = total - (end - stop)
                 self.status = f"txlog/{partition} [{start},{end}) from {node}: {done}/{total}"
@@ -69,9 +98,15 @@ class Backfiller:
         return worked
 
     def _copy(self, partition: int, start: int, stop: int, node: str, address: str,
-              on_copied: Callable[[int], None]) -> None:
-        body = {"partition": partition, "start": start, "end": stop}
+              on_copied: Callable[[int], None]) -> int:
+        """Copy (or skip by digest) ``[start, x)`` for the ``x <= stop`` the byte bound
+        allows; returns ``x``."""
+        body = {"partition": partition, "start": start, "end": stop, "max_bytes": self.max_bytes}
         theirs = self.peers.call_json(address, "Digest", body, timeout=10)
+        end = int(theirs.get("end", stop))  # a peer without the bound answers the whole range
+        if start < end < stop:
+            stop = end
+            body["end"] = stop
         mine, count = self.store.digest(partition, start, stop)
         batch = self.store.batch()
         if theirs["digest"] == str(mine) and theirs["count"] == count:
@@ -85,3 +120,4 @@ class Backfiller:
             on_copied(len(records))
         batch.map("txlog", partition).insert(start, stop)
         batch.commit()
+        return stop

@@ -27,7 +27,7 @@ from gossip.service import ReplicaClient, gossip_round, pack_records, start_serv
 from gossip.stable_cut import HoldTracker, cut_holders, stable_cut, stable_cut_ms
 from log.exceptions import TidemarkError
 from log.offsets import end_offsets
-from replica.backfill import Backfiller
+from replica.backfill import Backfiller, serve_digest
 from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
 from replica.ingest import TOPICS, Ingestor
@@ -403,10 +403,9 @@ class Node:
                 dict(self.held) if self.held else None, len(self.pins))
 
     def rpc_digest(self, body: bytes) -> bytes:
-        """Digest and count of stored records in a range (backfill equality check)."""
-        req = json.loads(body)
-        digest, count = self.store.digest(req["partition"], req["start"], req["end"])
-        return json.dumps({"digest": str(digest), "count": count}).encode()
+        """Digest and count of stored records in a range (backfill equality check), bounded
+        by ``max_bytes`` when asked (:func:`replica.backfill.serve_digest`)."""
+        return serve_digest(self.store, body)
 
     def _wait(self, body: bytes, reached: Callable[[int, int], bool]) -> bytes:
         """Block until ``reached(partition, offset)`` or the request's deadline."""

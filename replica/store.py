@@ -237,6 +237,20 @@ class Store:
             n += 1
         return acc, n
 
+    def digest_upto(self, partition: int, start: int, end: int, max_bytes: int | None = None
+                    ) -> tuple[int, int, int]:
+        """``(digest, count, stop)`` of the stored records in ``[start, stop)``: ``stop`` is
+        ``end``, or with ``max_bytes`` the offset of the first record that would take the
+        value bytes past it (at least one record is always taken)."""
+        acc, n, size = 0, 0, 0
+        for off, value in self.records(partition, start, end):
+            if max_bytes is not None and n and size + len(value) > max_bytes:
+                return acc, n, off
+            acc ^= record_hash(off, value)
+            n += 1
+            size += len(value)
+        return acc, n, end
+
     def ack_offset(self, partition: int, peer: str, message_id: str) -> int | None:
         """Offset of the Ack of (peer, message_id), if applied."""
         raw = self.db.get(ack_key(partition, peer, message_id))

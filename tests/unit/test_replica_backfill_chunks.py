@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_replica_store import ack, send
+from test_replica_store import NOW, C, ack, send
 
+from gossip.service import MAX_MESSAGE_BYTES, pack_records, start_server
 from gossip.service import ReplicaClient as Peers
-from gossip.service import pack_records, start_server
-from replica.backfill import Backfiller
+from replica.backfill import Backfiller, serve_digest, serve_fetch
 from replica.ingest import index_txlog
 from replica.store import Store
 from tidemark.stack.processes import free_ports
@@ -53,3 +53,45 @@ def test_backfill_skips_equal_chunks_and_copies_the_rest(tmp_path: Path) -> None
     assert backfill.skipped == 5 and backfill.copied == 5
     assert list(target.records(0)) == list(source.records(0))
     assert target.ack_offset(0, "bob", "m8") == 9  # indexes are built for copied records
+
+
+def test_backfill_chunks_stay_below_the_grpc_cap_with_large_records(tmp_path: Path) -> None:
+    """3400 records of ~20 KB: one 5000-offset chunk would be ~68 MB, over gRPC's 64 MiB
+    message cap; chunks are bounded by bytes, so every call fits and the gap closes."""
+    big = C.encode("Send", {"message_id": "m", "sender": "al", "recipient": "bob",
+                            "environment": "default", "message_type": "t",
+                            "payload": b"x" * 20_000, "timestamp_ms": NOW,
+                            "delivery_count": 0})
+    n = 3400
+    source, target = Store(tmp_path / "src", "a"), Store(tmp_path / "dst", "b")
+    batch = source.batch()
+    for off in range(n):
+        index_txlog(batch, 0, off, big)
+    batch.advance("txlog", 0, 0, n)
+    batch.commit()
+    batch = target.batch()
+    batch.advance("txlog", 0, n, n + 1)
+    batch.commit()
+    replies: list[int] = []
+
+    def digest(body: bytes) -> bytes:
+        return serve_digest(source, body)
+
+    def fetch(body: bytes) -> bytes:
+        out = serve_fetch(source, body)
+        replies.append(len(out))
+        return out
+
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    server = start_server(address, {"Digest": digest, "Fetch": fetch})
+    peers = Peers()
+    try:
+        backfill = Backfiller(target, peers)
+        assert backfill.step(0, {"a": source.map("txlog", 0)}, {"a": address}, budget_s=60)
+    finally:
+        peers.close()
+        server.stop(0)
+    assert target.map("txlog", 0).gaps() == [] and target.map("txlog", 0).base_end == n + 1
+    assert backfill.copied == n and len(replies) > 1
+    assert max(replies) <= backfill.max_bytes + 20_100 < MAX_MESSAGE_BYTES
+    assert sum(1 for _ in target.records(0)) == n
