@@ -10,6 +10,8 @@ Keys (``tp`` = topic code ``t``/``q`` + 2-byte partition, offsets 8-byte big-end
 ``Q k key`` queue entry (by Kafka key); ``R k`` queue progress; ``M tp`` interval map;
 ``P tp`` position and last-applied time; ``L seq`` loss ledger; ``X...`` metadata.
 ``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
+``G k`` GC cursor, ``W k ...`` pending Sends, ``E k ...`` Ack index expiries: owned by
+:mod:`replica.release_policy`.
 """
 
 from __future__ import annotations
