@@ -1,9 +1,9 @@
 """The Structured Streaming query: txlog -> per-peer state -> queues (+ progress, deadletter).
 
 Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Settings`) ->
-``groupBy(partition).transformWithStateInPandas`` (state in the RocksDB state store: a
-MapState per txlog partition with one serialized
-:class:`~spark_streaming.queue_state.PeerState` per peer) -> ``foreachBatch``, which
+``groupBy(partition).transformWithStateInPandas`` (state in the RocksDB state store: one
+MapState entry per message, see :mod:`spark_streaming.state_layout`, read and written in
+batches by :class:`~spark_streaming.pyspark_state.SparkMaps`) -> ``foreachBatch``, which
 
 1. collects the batch's output (net changes only) and writes the QueueEntry upserts and
    tombstones to queues partition = the txlog partition they came from, and poison records
@@ -24,18 +24,20 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 from log.exceptions import TidemarkError
 from log.settings import Settings
 from spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS
+from spark_streaming.pyspark_state import SparkMaps
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS, Ttl
 from spark_streaming.sink import BatchWriter
-from spark_streaming.transform import OUTPUT_SCHEMA, PEER_KEY_SCHEMA, STATE_SCHEMA, process_rows
+from spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
 __all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
            "kafka_options", "check_topics", "start_query", "run_job"]
@@ -170,54 +172,34 @@ def kafka_options(settings: Settings) -> dict[str, str]:
 
 
 def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
-    """A ``StatefulProcessor`` for one txlog partition; each peer's state is a MapState entry."""
+    """A ``StatefulProcessor`` for one txlog partition: per-message MapState entries."""
     from pyspark.sql.streaming import StatefulProcessor
 
+    ttl = Ttl(ack_ttl_ms, dedup_window_ms)
+
     class QueueProcessor(StatefulProcessor):
-        """Applies a partition's rows of the batch to its peers' states; emits output rows."""
+        """Applies a partition's rows of the batch to its per-message state; emits rows."""
 
         def init(self, handle: Any) -> None:
-            self.peers = handle.getMapState("peers", PEER_KEY_SCHEMA, STATE_SCHEMA)
-            self.calls = {"load": 0.0, "store": 0.0}
-
-        def _load(self, peer: str) -> bytes | None:
-            row = self.peers.getValue((peer,))
-            return None if row is None else bytes(row[0])
-
-        def _store(self, peer: str, blob: bytes | None) -> None:
-            if blob is None:
-                if self.peers.containsKey((peer,)):
-                    self.peers.removeKey((peer,))
-            else:
-                self.peers.updateValue((peer,), (blob,))
+            self.maps = SparkMaps(handle)
 
         def handleInputRows(self, key: tuple, rows: Iterator[Any],
                             timerValues: Any) -> Iterator[Any]:
             import pandas as pd
+            started, t0 = time.time(), time.perf_counter()
             frame = pd.concat(list(rows), ignore_index=True)
             profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
-            if not profile:
-                yield process_rows(frame, self._load, self._store, ack_ttl_ms, dedup_window_ms)
-                return
-            started, t0 = time.time(), time.perf_counter()
-            out = process_rows(frame, self._timed(self._load, "load"),
-                               self._timed(self._store, "store"), ack_ttl_ms, dedup_window_ms)
-            _profile_write(profile, {"group": int(key[0]), "pid": os.getpid(), "t0": started,
-                                     "rows": len(frame),
-                                     "process_ms": round((time.perf_counter() - t0) * 1e3, 1),
-                                     **{f"{k}_ms": round(v * 1e3, 1)
-                                        for k, v in self.calls.items()}})
-            self.calls = {"load": 0.0, "store": 0.0}
+            before = dict(self.maps.stats)
+            out = process_rows(frame, self.maps, ttl)
+            if profile:
+                stats = {k: v - before[k] for k, v in self.maps.stats.items()}
+                _profile_write(profile, {
+                    "group": int(key[0]), "pid": os.getpid(), "t0": started,
+                    "rows": len(frame), "out": len(out),
+                    "process_ms": round((time.perf_counter() - t0) * 1e3, 1),
+                    "state_ms": round(stats.pop("state_s") * 1e3, 1),
+                    "pipelined": self.maps.pipelined, **stats})
             yield out
-
-        def _timed(self, call: Any, name: str) -> Any:
-            def timed(*args: Any) -> Any:
-                t0 = time.perf_counter()
-                try:
-                    return call(*args)
-                finally:
-                    self.calls[name] += time.perf_counter() - t0
-            return timed
 
         def close(self) -> None:
             pass

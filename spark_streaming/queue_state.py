@@ -1,43 +1,63 @@
-"""Per-peer queue state, pure logic (no Spark): apply txlog events, emit upserts/tombstones.
+"""Per-message queue state, pure logic (no Spark, no I/O): what a batch of txlog events does.
 
-A peer's state is the set of its unacked message ids (with the txlog offset of the Send that
-queued each), plus *remembered* ids, each with an expiry. A Send whose id is queued or still
-remembered is ignored, so an early Ack cancels the later Send and a duplicate Send counts once.
+State is kept **per message**, never per peer as one blob, so a batch costs in proportion to
+its rows, not to a down peer's backlog. For each peer there are:
 
-* An Ack of a message that is not queued (an *early ack*: the direct path beat the log) is
-  remembered for ``ack_ttl_ms``.
-* An Ack of a queued message, and every message a Purge drops, is remembered only for the
-  shorter ``dedup_window_ms``, which catches a duplicate Send arriving after the Ack. Acked
-  messages therefore leave the state: it grows with what is unacked (plus a window of recent
-  acks), not with the total history.
+* one :class:`Entry` per message id it knows: *queued* (with the txlog offset of the Send
+  that queued it) or *remembered* until a log time (an Ack or Purge of that id);
+* one :class:`PeerMeta`: the peer's log clock, its number of queued messages, and two
+  expiry FIFOs (one per memory class) whose :class:`Chunk` s list remembered ids in the
+  order they expire.
 
-Time is the peer's own log time: ``clock`` is the largest ``timestamp_ms`` of any record of
-the peer applied so far; a remembered id expires once ``clock >= expiry``. Because the clock
-only depends on the records, the outcome is the same however the stream is cut into batches,
-which is what makes a restarted job converge to the same queues.
+A Send whose id is queued or still remembered is ignored, so an early Ack cancels the later
+Send and a duplicate Send counts once:
 
-:func:`apply_events` returns the *net* changes of one batch: one :class:`Change` per message
-whose presence in the queue differs between the start and the end of the batch. Each output
-key therefore appears at most once per batch, so the order of the rows within a batch does
-not matter, and writing the same batch twice is harmless (upserts and tombstones are
-idempotent).
+* an Ack of a message that is not queued (an *early ack*: the direct path beat the log) is
+  remembered for ``ack_ttl_ms`` (class :data:`EARLY`);
+* an Ack of a queued message, and every message a Purge drops, is remembered only for the
+  shorter ``dedup_window_ms`` (class :data:`DEDUP`). Early acks survive a Purge.
+
+**Time** is the peer's own log time: the clock is the largest ``timestamp_ms`` of any record
+of the peer applied so far, and a memory expires once ``clock >= until``. Expiry therefore
+depends only on the records, never on wall-clock time or batch boundaries, so a restarted
+job converges to the same queues. Every read checks ``until`` against the clock (an expired
+memory is as good as absent); entries are *physically* removed by :func:`plan_expiry`, which
+pops FIFO chunks once their last id expired (within one FIFO, ``until`` never decreases,
+because the clock never does). A remembered id whose memory was extended sits in a later
+chunk too; popping the earlier chunk leaves it alone.
+
+The functions here only decide: :func:`plan_events` returns the net changes of a batch (one
+:class:`Change` per message whose presence in the queue differs between the start and the
+end of the batch, so each output key appears at most once and a re-run batch writes the same
+rows), the entries to write or delete, the chunks to add and the new meta. Reading and writing
+the state is the caller's job (:mod:`spark_streaming.transform`).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-__all__ = ["SEND", "ACK", "PURGE", "DEFAULT_ACK_TTL_MS", "DEFAULT_DEDUP_WINDOW_MS", "Event",
-           "Change", "PeerState",
-           "apply_events", "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
+__all__ = ["SEND", "ACK", "PURGE", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS",
+           "DEFAULT_DEDUP_WINDOW_MS", "MAX_ID_BYTES", "CHUNK_IDS", "CHUNK_BYTES", "GC_CHUNKS",
+           "Event", "Change", "Ttl", "Entry", "Fifo", "PeerMeta", "Chunk", "PeerPlan",
+           "ExpiryPlan", "plan_events", "expiry_chunks", "expiry_reads", "plan_expiry",
+           "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
 
 SEND, ACK, PURGE = "Send", "Ack", "Purge"
+#: Memory classes, each with its own expiry FIFO: acked/purged ids, and early acks.
+DEDUP, EARLY = 0, 1
 #: How long (in the peer's log time) an early ack is remembered: 24 hours.
 DEFAULT_ACK_TTL_MS = 24 * 3600 * 1000
 #: How long an id acked after its Send, or purged, is remembered against duplicates: 10 min.
 DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
+#: Longest peer or message id (UTF-8 bytes) the job keeps in its state; longer is poison.
+MAX_ID_BYTES = 1000
+#: A FIFO chunk holds at most this many ids and about this many bytes of ids.
+CHUNK_IDS, CHUNK_BYTES = 64, 2000
+#: At most this many chunks per FIFO are examined per peer and batch.
+GC_CHUNKS = 16
 
 _SEP = "\x00"
 _PROGRESS_PREFIX = "__progress__."
@@ -84,94 +104,245 @@ class Change:
     message_id: str
     upsert: bool
     send: Event | None = None
+    delivery_count: int = 0
 
 
-@dataclass
-class PeerState:
-    """One peer's state: queued ids -> Send offset, remembered ids -> expiry, the clock."""
+@dataclass(frozen=True)
+class Ttl:
+    """How long memories last, in the peer's log time (milliseconds)."""
 
-    queue: dict[str, int] = field(default_factory=dict)
-    remembered: dict[str, int] = field(default_factory=dict)
-    clock: int = 0
+    ack_ttl_ms: int = DEFAULT_ACK_TTL_MS
+    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
 
-    def is_remembered(self, message_id: str) -> bool:
-        """Whether an Ack or Purge of ``message_id`` is still remembered at the current clock."""
-        return self.remembered.get(message_id, self.clock) > self.clock
+    def of(self, cls: int) -> int:
+        """The lifetime of memory class ``cls`` (:data:`DEDUP` or :data:`EARLY`)."""
+        return self.dedup_window_ms if cls == DEDUP else self.ack_ttl_ms
 
-    def remember(self, message_id: str, for_ms: int) -> None:
-        """Remember ``message_id`` until ``clock + for_ms`` (never shortening a longer one)."""
-        until = self.clock + for_ms
-        if self.remembered.get(message_id, until - 1) < until:
-            self.remembered[message_id] = until
 
-    def prune(self) -> int:
-        """Forget expired remembered ids; returns how many were dropped."""
-        expired = [m for m, until in self.remembered.items() if until <= self.clock]
-        for m in expired:
-            del self.remembered[m]
-        return len(expired)
+@dataclass(frozen=True)
+class Entry:
+    """One message id of a peer: queued (with its Send's offset), or remembered until a time.
+
+    ``delivery_count`` travels on the QueueEntry; it is kept per message so that counting
+    delivery failures later needs no new state layout.
+    """
+
+    queued: bool
+    offset: int = -1
+    until: int = 0
+    delivery_count: int = 0
+
+    def blocks_send(self, clock: int) -> bool:
+        """Whether a Send of this id is ignored at ``clock`` (queued, or still remembered)."""
+        return self.queued or self.until > clock
+
+
+@dataclass(frozen=True)
+class Fifo:
+    """Chunk sequence numbers ``[head, tail)`` of one expiry FIFO; ``head_until`` is the
+    expiry of the chunk at ``head`` (0 when unknown: look at it in the next batch)."""
+
+    head: int = 0
+    tail: int = 0
+    head_until: int = 0
 
     @property
     def empty(self) -> bool:
-        """Nothing queued and nothing remembered: the state can be dropped."""
-        return not self.queue and not self.remembered
-
-    def to_bytes(self) -> bytes:
-        """A compact serialization for Spark's state store."""
-        return json.dumps([self.clock, self.queue, self.remembered],
-                          separators=(",", ":")).encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes | None) -> "PeerState":
-        """The inverse of :meth:`to_bytes` (``None`` gives an empty state)."""
-        if not data:
-            return cls()
-        clock, queue, remembered = json.loads(data)
-        return cls(queue=queue, remembered=remembered, clock=clock)
+        """No chunk left."""
+        return self.head >= self.tail
 
 
-def apply_events(state: PeerState, events: Iterable[Event], ack_ttl_ms: int,
-                 dedup_window_ms: int | None = None) -> list[Change]:
-    """Apply ``events`` (in txlog offset order) to ``state`` in place; return net changes.
+@dataclass(frozen=True)
+class PeerMeta:
+    """A peer's clock, number of queued messages, and its two expiry FIFOs."""
 
-    ``dedup_window_ms`` defaults to ``ack_ttl_ms``. Changes are sorted by message id.
-    Expired remembered ids are pruned at the end.
+    clock: int = 0
+    queued: int = 0
+    fifos: tuple[Fifo, Fifo] = (Fifo(), Fifo())
+
+    @property
+    def empty(self) -> bool:
+        """Nothing queued and nothing remembered (the meta is kept anyway, for its clock)."""
+        return self.queued == 0 and all(f.empty for f in self.fifos)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Ids remembered one after another in one FIFO; ``until`` is the last (largest) expiry."""
+
+    until: int
+    ids: tuple[str, ...]
+
+
+@dataclass
+class PeerPlan:
+    """What one peer's batch decided: output changes and state changes."""
+
+    changes: list[Change]
+    writes: dict[str, Entry | None]              # message id -> new entry; None: delete it
+    chunks: list[tuple[int, int, Chunk]] = field(default_factory=list)  # (class, seq, chunk)
+    meta: PeerMeta = PeerMeta()
+
+
+@dataclass
+class ExpiryPlan:
+    """What expiry removes: entries, chunks, and the meta afterwards."""
+
+    deletes: list[str]
+    chunk_deletes: list[tuple[int, int]]
+    meta: PeerMeta
+
+
+def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
+                events: Iterable[Event], ttl: Ttl) -> PeerPlan:
+    """Decide one peer's batch: ``events`` in txlog offset order, against the state.
+
+    ``entries`` must hold the stored entry (or ``None``) of every message id the events name
+    and, if they contain a Purge, of every queued message of the peer.
     """
-    dedup_ms = ack_ttl_ms if dedup_window_ms is None else dedup_window_ms
-    touched: dict[str, bool] = {}  # message id -> queued at the start of the batch
+    meta = meta or PeerMeta()
+    clock, queued = meta.clock, meta.queued
+    overlay: dict[str, Entry | None] = dict(entries)
+    pending: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
     queued_by: dict[str, Event] = {}
-    queue = state.queue
+    touched: set[str] = set()
+
+    def remember(mid: str, cls: int) -> None:
+        until = clock + ttl.of(cls)
+        cur = overlay.get(mid)
+        if cur is not None and not cur.queued and cur.until >= until:
+            return  # already remembered for longer
+        if until <= clock:  # a zero lifetime: forget at once
+            overlay[mid] = None
+            return
+        overlay[mid] = Entry(False, until=until)
+        pending[cls].append((mid, until))
+
     for ev in events:
-        if ev.timestamp_ms > state.clock:
-            state.clock = ev.timestamp_ms
+        if ev.timestamp_ms > clock:
+            clock = ev.timestamp_ms
+        mid = ev.message_id
         if ev.kind == SEND:
-            mid = ev.message_id
-            if mid in queue or state.is_remembered(mid):
+            cur = overlay.get(mid)
+            if cur is not None and cur.blocks_send(clock):
                 continue
-            touched.setdefault(mid, False)
-            queue[mid] = ev.offset
+            count = (ev.record or {}).get("delivery_count", 0) or 0
+            overlay[mid] = Entry(True, offset=ev.offset, delivery_count=int(count))
             queued_by[mid] = ev
+            queued += 1
+            touched.add(mid)
         elif ev.kind == ACK:
-            mid = ev.message_id
-            if mid in queue:
-                touched.setdefault(mid, True)
-                del queue[mid]
-                state.remember(mid, dedup_ms)
+            cur = overlay.get(mid)
+            touched.add(mid)
+            if cur is not None and cur.queued:
+                queued -= 1
+                remember(mid, DEDUP)
             else:
-                state.remember(mid, ack_ttl_ms)
+                remember(mid, EARLY)
         elif ev.kind == PURGE:
-            for mid in queue:
-                touched.setdefault(mid, True)
-                state.remember(mid, dedup_ms)
-            queue.clear()
+            for qid in [m for m, e in overlay.items() if e is not None and e.queued]:
+                touched.add(qid)
+                queued -= 1
+                remember(qid, DEDUP)
         else:
             raise ValueError(f"unknown event kind {ev.kind!r}")
-    state.prune()
-    changes = []
+
+    changes: list[Change] = []
+    writes: dict[str, Entry | None] = {}
     for mid in sorted(touched):
-        now = mid in queue
-        if now and mid in queued_by:  # queued (or re-queued after its ack expired) here
-            changes.append(Change(mid, True, queued_by[mid]))
-        elif touched[mid] and not now:
+        start, end = entries.get(mid), overlay.get(mid)
+        if end != start:
+            writes[mid] = end
+        now = end is not None and end.queued
+        if end is not None and now and mid in queued_by:  # queued (or re-queued) here
+            changes.append(Change(mid, True, queued_by[mid], end.delivery_count))
+        elif start is not None and start.queued and not now:
             changes.append(Change(mid, False))
-    return changes
+    fifos = list(meta.fifos)
+    chunks: list[tuple[int, int, Chunk]] = []
+    for cls in (DEDUP, EARLY):
+        for chunk in _chunked(pending[cls]):
+            fifo = fifos[cls]
+            head_until = chunk.until if fifo.empty else fifo.head_until
+            head = fifo.tail if fifo.empty else fifo.head
+            chunks.append((cls, fifo.tail, chunk))
+            fifos[cls] = Fifo(head, fifo.tail + 1, head_until)
+    return PeerPlan(changes, writes, chunks,
+                    PeerMeta(clock, queued, (fifos[0], fifos[1])))
+
+
+def _chunked(items: list[tuple[str, int]]) -> Iterable[Chunk]:
+    """Split ``(id, until)`` pairs (untils non-decreasing) into bounded chunks."""
+    ids: list[str] = []
+    size, until = 0, 0
+    for mid, mid_until in items:
+        length = len(mid.encode()) + 4
+        if ids and (len(ids) >= CHUNK_IDS or size + length > CHUNK_BYTES):
+            yield Chunk(until, tuple(ids))
+            ids, size = [], 0
+        ids.append(mid)
+        size += length
+        until = mid_until
+    if ids:
+        yield Chunk(until, tuple(ids))
+
+
+def _read_range(meta: PeerMeta, cls: int) -> range:
+    """Sequence numbers of FIFO ``cls`` to read for expiry (empty unless its head is due)."""
+    fifo = meta.fifos[cls]
+    if fifo.empty or fifo.head_until > meta.clock:
+        return range(0)
+    return range(fifo.head, min(fifo.tail, fifo.head + GC_CHUNKS))
+
+
+def expiry_chunks(meta: PeerMeta) -> list[tuple[int, int]]:
+    """``(class, seq)`` of the chunks to read for expiry: up to :data:`GC_CHUNKS` from the
+    head of each FIFO whose head chunk is due (or of unknown expiry)."""
+    return [(cls, seq) for cls in (DEDUP, EARLY) for seq in _read_range(meta, cls)]
+
+
+def _due(meta: PeerMeta, chunks: Mapping[tuple[int, int], Chunk | None]
+         ) -> list[tuple[int, int, Chunk | None]]:
+    """The leading run of due chunks of each FIFO, in order (a missing chunk counts as due)."""
+    out = []
+    for cls in (DEDUP, EARLY):
+        for seq in _read_range(meta, cls):
+            chunk = chunks.get((cls, seq))
+            if chunk is not None and chunk.until > meta.clock:
+                break
+            out.append((cls, seq, chunk))
+    return out
+
+
+def expiry_reads(meta: PeerMeta, chunks: Mapping[tuple[int, int], Chunk | None]) -> list[str]:
+    """Message ids whose entries :func:`plan_expiry` needs (the ids of due chunks)."""
+    return sorted({m for _, _, chunk in _due(meta, chunks) if chunk for m in chunk.ids})
+
+
+def plan_expiry(meta: PeerMeta, chunks: Mapping[tuple[int, int], Chunk | None],
+                entries: Mapping[str, Entry | None]) -> ExpiryPlan:
+    """Pop the due chunks: delete their ids' entries that are still remembered and expired.
+
+    ``chunks`` are the chunks of :func:`expiry_chunks` as read, ``entries`` the current entries
+    of :func:`expiry_reads` (after this batch's writes).
+    """
+    due = _due(meta, chunks)
+    deletes: set[str] = set()
+    heads = [f.head for f in meta.fifos]
+    for cls, seq, chunk in due:
+        for mid in chunk.ids if chunk else ():
+            entry = entries.get(mid)
+            if entry is not None and not entry.queued and entry.until <= meta.clock:
+                deletes.add(mid)
+        heads[cls] = seq + 1
+    fifos = list(meta.fifos)
+    for cls, fifo in enumerate(meta.fifos):
+        if not _read_range(meta, cls):
+            continue
+        if heads[cls] >= fifo.tail:
+            fifos[cls] = Fifo(fifo.tail, fifo.tail, 0)
+        else:  # the next chunk's expiry if it was read (it was not due), else unknown
+            nxt = chunks.get((cls, heads[cls]))
+            fifos[cls] = Fifo(heads[cls], fifo.tail, nxt.until if nxt else 0)
+    return ExpiryPlan(sorted(deletes), [(c, s) for c, s, _ in due],
+                      replace(meta, fifos=(fifos[0], fifos[1])))

@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
-
 
 from log.codec import default_codec
 from log.consumer import read_to_end
@@ -23,7 +21,7 @@ from log.exceptions import CodecError, LogError
 from log.offsets import watermarks
 from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS
+from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS, MAX_ID_BYTES
 
 __all__ = ["JobProcess", "expected_queues"]
 
@@ -36,7 +34,7 @@ class JobProcess:
                  extra_args: list[str] | None = None) -> None:
         self.settings = settings
         self.log_file = Path(log_file)
-        self.argv = [sys.executable, "-m", "log.console", "queues", "run",
+        self.argv = [sys.executable, "-m", "tidemark", "queues", "run",
                      "--bootstrap", settings.bootstrap, "--topic-prefix", settings.topic_prefix,
                      "--checkpoint", str(checkpoint), "--trigger", trigger, *(extra_args or [])]
         self.env = {**os.environ, **{f"TIDEMARK_KAFKA_{k.upper().replace('.', '_')}": v
@@ -94,6 +92,32 @@ class JobProcess:
         except OSError:
             return "(no log)"
 
+    def wait_for_progress(self, timeout_s: float, ends: dict[int, int] | None = None,
+                          ) -> dict[int, int]:
+        """Wait until queues progress covers ``ends`` (default: txlog's end now); raises
+        :class:`QueuesError` with the log's end as soon as the job is gone, or at the deadline."""
+        from log.offsets import end_offsets
+        from spark_streaming.depth import ProgressTracker
+        ends = {p: e for p, e in (ends or end_offsets(self.settings, "txlog")).items() if e}
+        deadline = time.monotonic() + timeout_s
+        tracker = ProgressTracker(self.settings)
+        try:
+            while True:
+                progress = tracker.poll(0.5)
+                if all(progress.get(p, 0) >= e for p, e in ends.items()):
+                    return dict(progress)
+                if not self.alive:
+                    raise QueuesError(f"the queues job exited ({self.proc and self.proc.poll()});"
+                                      f" its log ends with:\n{self.log_tail()}")
+                if time.monotonic() > deadline:
+                    behind = {p: (progress.get(p, 0), e) for p, e in ends.items()
+                              if progress.get(p, 0) < e}
+                    raise QueuesError(f"queues progress did not reach {behind} (partition:"
+                                      f" (progress, end)) within {timeout_s}s; log:\n"
+                                      f"{self.log_tail()}")
+        finally:
+            tracker.close()
+
 
 def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                     dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS, timeout_s: float = 120.0,
@@ -116,7 +140,9 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                 continue
             rec = decoded.record
             owner = rec.get("recipient", rec.get("peer"))
-            if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge"):
+            if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge") \
+                    or max(len(peer.encode()), len(rec.get("message_id", "").encode())) \
+                    > MAX_ID_BYTES:
                 bad += 1
                 continue
             now = clock[peer] = max(clock.get(peer, 0), rec["timestamp_ms"])

@@ -1,8 +1,11 @@
-"""The stateful step of the job, on pandas: decode txlog rows, apply them per peer, emit rows.
+"""The stateful step of the job, on pandas: decode txlog rows, apply them, emit output rows.
 
 This is what runs inside Spark's ``transformWithStateInPandas`` for one group (one txlog
-partition; each peer's state is an entry of a MapState), kept free of Spark so it can be
-tested alone. Output rows (:data:`OUTPUT_SCHEMA`) are:
+partition), kept free of Spark: the state is reached through
+:class:`~spark_streaming.state_layout.StateMaps` (batched reads and writes of per-message
+entries), and the decisions are :mod:`spark_streaming.queue_state`'s. A batch reads and
+writes only the entries its rows name (plus expired memories, and the whole group for a
+Purge), in a handful of batched round trips. Output rows (:data:`OUTPUT_SCHEMA`) are:
 
 * ``entry``: a QueueEntry upsert (``key`` = peer NUL message id, ``value`` = QueueEntry);
 * ``tombstone``: the same key with a null value;
@@ -12,28 +15,55 @@ tested alone. Output rows (:data:`OUTPUT_SCHEMA`) are:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
 from log.codec import Codec, default_codec
 from log.exceptions import CodecError
-from spark_streaming.queue_state import (ACK, PURGE, SEND, Event, PeerState, apply_events,
-                                         queue_key)
+from spark_streaming.queue_state import (
+    ACK,
+    MAX_ID_BYTES,
+    PURGE,
+    SEND,
+    Change,
+    Chunk,
+    Entry,
+    Event,
+    PeerMeta,
+    Ttl,
+    expiry_chunks,
+    expiry_reads,
+    plan_events,
+    plan_expiry,
+    queue_key,
+)
+from spark_streaming.state_layout import (
+    ENTRIES,
+    EXPIRY,
+    PEER_META,
+    Row,
+    StateMaps,
+    chunk_of,
+    chunk_row,
+    entry_of,
+    entry_row,
+    meta_of,
+    meta_row,
+)
 
-__all__ = ["OUTPUT_SCHEMA", "PEER_KEY_SCHEMA", "STATE_SCHEMA", "INPUT_COLUMNS", "ENTRY",
-           "TOMBSTONE", "DEAD", "MARK", "process_rows"]
+__all__ = ["OUTPUT_SCHEMA", "INPUT_COLUMNS", "ENTRY", "TOMBSTONE", "DEAD", "MARK",
+           "apply_batch", "process_rows"]
 
 #: Columns the job selects from the Kafka source, in this order.
 INPUT_COLUMNS = ("key", "value", "partition", "offset")
 #: Spark DDL of the rows :func:`process_rows` returns.
 OUTPUT_SCHEMA = ("kind string, key binary, value binary, partition int, offset long,"
                  " reason string")
-#: Spark DDL of the per-peer state's key (a MapState user key) and value (a PeerState).
-PEER_KEY_SCHEMA = "peer string"
-STATE_SCHEMA = "blob binary"
 ENTRY, TOMBSTONE, DEAD, MARK = "entry", "tombstone", "dead", "mark"
 _PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer"}
+_COLUMNS = ["kind", "key", "value", "partition", "offset", "reason"]
 
 
 def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: int) -> Event:
@@ -44,8 +74,11 @@ def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: 
         raise ValueError("txlog record without a key (the recipient peer id)")
     if record[field] != peer:
         raise ValueError(f"key {peer!r} does not match the record's {field} {record[field]!r}")
-    return Event(decoded_name, offset, int(record["timestamp_ms"]),
-                 record.get("message_id", ""), record if decoded_name == SEND else None)
+    mid = record.get("message_id", "")
+    if len(peer.encode()) > MAX_ID_BYTES or len(mid.encode()) > MAX_ID_BYTES:
+        raise ValueError(f"peer or message id longer than {MAX_ID_BYTES} bytes")
+    return Event(decoded_name, offset, int(record["timestamp_ms"]), mid,
+                 record if decoded_name == SEND else None)
 
 
 def _peer_of(key: Any) -> str | None:
@@ -57,14 +90,84 @@ def _peer_of(key: Any) -> str | None:
         return None
 
 
-def process_rows(rows: pd.DataFrame, load: Callable[[str], bytes | None],
-                 store: Callable[[str, bytes | None], None], ack_ttl_ms: int,
-                 dedup_window_ms: int | None = None, codec: Codec | None = None) -> pd.DataFrame:
-    """Apply a batch's txlog rows (any order; normally one txlog partition) to peer states.
+def apply_batch(maps: StateMaps, events: Mapping[str, list[Event]],
+                ttl: Ttl) -> dict[str, list[Change]]:
+    """Apply each peer's events (in offset order) to the state in ``maps``; net changes.
 
-    ``load(peer)`` returns a peer's serialized state (``None`` if it has none) and
-    ``store(peer, blob)`` saves it (``None``: the state became empty and can be dropped).
-    Each touched peer's state is loaded and stored once. Returns the output rows.
+    Reads: the metas of the peers, the entries the events name (a full scan of the group's
+    entries only when a peer is purged), then the due expiry chunks and their ids. Writes
+    every changed row once, at the end. A peer's meta is kept even when it holds nothing
+    else (one small row per peer ever seen): its log clock must never go back.
+    """
+    peers = sorted(events)
+    metas = dict(zip(peers, map(meta_of, maps.get_many(PEER_META, [(p,) for p in peers])),
+                     strict=True))
+    wanted = [(p, m) for p in peers
+              for m in sorted({e.message_id for e in events[p] if e.kind != PURGE})]
+    found: dict[Row, Entry | None] = dict(zip(wanted, map(entry_of,
+                                                          maps.get_many(ENTRIES, wanted)),
+                                                          strict=True))
+    purged = {p for p in peers if any(e.kind == PURGE for e in events[p])}
+    if purged:
+        for key, row in maps.scan(ENTRIES):
+            if key[0] in purged and row[0]:
+                found.setdefault((key[0], key[1]), entry_of(row))
+    by_peer: dict[str, dict[str, Entry | None]] = {p: {} for p in peers}
+    for (p, m), entry in found.items():
+        by_peer[p][m] = entry
+    changes: dict[str, list[Change]] = {}
+    entry_w: dict[Row, Entry | None] = {}
+    chunk_w: dict[Row, Chunk | None] = {}
+    new_meta: dict[str, PeerMeta] = {}
+    for p in peers:
+        plan = plan_events(metas[p], by_peer[p], events[p], ttl)
+        changes[p] = plan.changes
+        entry_w.update(((p, m), e) for m, e in plan.writes.items())
+        chunk_w.update(((p, c, s), chunk) for c, s, chunk in plan.chunks)
+        new_meta[p] = plan.meta
+    _expire(maps, peers, new_meta, found, entry_w, chunk_w)
+    maps.put_many(ENTRIES, [(k, entry_row(e)) for k, e in entry_w.items() if e is not None])
+    maps.remove_many(ENTRIES, [k for k, e in entry_w.items() if e is None])
+    maps.put_many(EXPIRY, [(k, chunk_row(c)) for k, c in chunk_w.items() if c is not None])
+    maps.remove_many(EXPIRY, [k for k, c in chunk_w.items() if c is None])
+    # A peer's meta stays even when it holds nothing: its clock must never go back.
+    maps.put_many(PEER_META, [((p,), meta_row(m)) for p, m in new_meta.items()
+                              if m != metas[p]])
+    return changes
+
+
+def _expire(maps: StateMaps, peers: list[str], metas: dict[str, PeerMeta],
+            found: dict[Row, Entry | None], entry_w: dict[Row, Entry | None],
+            chunk_w: dict[Row, Chunk | None]) -> None:
+    """Pop due expiry chunks; record the deletions in ``entry_w``/``chunk_w``, new metas in
+    ``metas`` (the reads see this batch's writes first)."""
+    keys = [(p, c, s) for p in peers for c, s in expiry_chunks(metas[p])]
+    if not keys:
+        return
+    unread = [k for k in keys if k not in chunk_w]
+    chunks: dict[Row, Chunk | None] = dict(zip(unread, map(chunk_of,
+                                                           maps.get_many(EXPIRY, unread)),
+                                                           strict=True))
+    chunks.update((k, chunk_w[k]) for k in keys if k in chunk_w)
+    of_peer: dict[str, dict[tuple[int, int], Chunk | None]] = {}
+    for (p, c, s), chunk in chunks.items():
+        of_peer.setdefault(p, {})[(c, s)] = chunk
+    ids = {p: expiry_reads(metas[p], of_peer[p]) for p in of_peer}
+    known = {**found, **entry_w}
+    unknown = [(p, m) for p in ids for m in ids[p] if (p, m) not in known]
+    known.update(zip(unknown, map(entry_of, maps.get_many(ENTRIES, unknown)), strict=True))
+    for p, mine in of_peer.items():
+        plan = plan_expiry(metas[p], mine, {m: known.get((p, m)) for m in ids[p]})
+        entry_w.update(((p, m), None) for m in plan.deletes)
+        chunk_w.update(((p, c, s), None) for c, s in plan.chunk_deletes)
+        metas[p] = plan.meta
+
+
+def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
+                 codec: Codec | None = None) -> pd.DataFrame:
+    """Apply a batch's txlog rows (any order; normally one txlog partition) to the state.
+
+    Returns the output rows (:data:`OUTPUT_SCHEMA`).
     """
     codec = codec or default_codec()
     rows = rows.sort_values(["partition", "offset"], kind="stable")
@@ -72,26 +175,24 @@ def process_rows(rows: pd.DataFrame, load: Callable[[str], bytes | None],
     events: dict[str, list[Event]] = {}
     where: dict[tuple[str, int], int] = {}  # (peer, txlog offset) -> txlog partition
     for key, value, part, off in zip(rows["key"], rows["value"], rows["partition"],
-                                     rows["offset"]):
+                                     rows["offset"], strict=True):
         part, off = int(part), int(off)
         peer = _peer_of(key)
         try:
             decoded = codec.decode(None if value is None else bytes(value))
             event = _event(peer, decoded.name, decoded.record, off)
-        except (CodecError, ValueError, KeyError, TypeError) as exc:
-            out.append((DEAD, bytes(key) if key else None,
+        except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            out.append((DEAD, bytes(key) if key is not None and len(key) else None,
                         None if value is None else bytes(value), part, off,
                         f"{type(exc).__name__}: {exc}"))
             continue
         assert peer is not None
         events.setdefault(peer, []).append(event)
         where[(peer, off)] = part
-    for peer in sorted(events):
-        state = PeerState.from_bytes(load(peer))
-        changes = apply_events(state, events[peer], ack_ttl_ms, dedup_window_ms)
-        store(peer, None if state.empty else state.to_bytes())
+    changes = apply_batch(maps, events, ttl) if events else {}
+    for peer in sorted(changes):
         last_part = where[(peer, events[peer][-1].offset)]
-        for change in changes:
+        for change in changes[peer]:
             qkey = queue_key(peer, change.message_id).encode()
             if change.upsert and change.send is not None:
                 send = change.send
@@ -101,12 +202,12 @@ def process_rows(rows: pd.DataFrame, load: Callable[[str], bytes | None],
                     "peer": peer, "message_id": change.message_id, "sender": rec["sender"],
                     "message_type": rec["message_type"], "payload": rec["payload"],
                     "timestamp_ms": send.timestamp_ms, "txlog_partition": part,
-                    "txlog_offset": send.offset, "delivery_count": rec.get("delivery_count", 0)})
+                    "txlog_offset": send.offset, "delivery_count": change.delivery_count})
                 out.append((ENTRY, qkey, value, part, send.offset, None))
             else:
                 out.append((TOMBSTONE, qkey, None, last_part, -1, None))
     if len(rows):
         for part, top in rows.groupby("partition")["offset"].max().items():
             out.append((MARK, None, None, int(part), int(top), None))
-    frame = pd.DataFrame(out, columns=["kind", "key", "value", "partition", "offset", "reason"])
+    frame = pd.DataFrame(out, columns=_COLUMNS)
     return frame.astype({"partition": "int32", "offset": "int64"})

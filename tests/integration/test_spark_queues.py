@@ -22,7 +22,8 @@ from log.offsets import end_offsets
 from log.producer import LogProducer
 from log.settings import Settings, load_settings
 from log.topics import delete_topic_set, ensure_topics
-from spark_streaming.depth import read_queues, wait_for_progress
+from spark_streaming.depth import read_queues
+from spark_streaming.exceptions import QueuesError
 from spark_streaming.runner import JobProcess, expected_queues
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -57,9 +58,9 @@ def _cli(settings: Settings, *args: str) -> str:
 
 def _converge(settings: Settings, job: JobProcess, timeout: float = 240.0) -> dict:
     try:
-        return wait_for_progress(settings, timeout)
-    except Exception:
-        pytest.fail(f"job did not catch up (alive={job.alive}); log:\n{job.log_tail()}")
+        return job.wait_for_progress(timeout)
+    except QueuesError as exc:
+        pytest.fail(str(exc))
 
 
 def test_load_materializes_exact_queues(settings: Settings, job: JobProcess) -> None:

@@ -1,21 +1,40 @@
-"""Hypothesis: the pure queue state against a dictionary model over random interleavings.
+"""Hypothesis: the per-message queue state against a dictionary model.
 
-The model applies one event at a time and keeps the whole history (no pruning); the
-implementation sees the same events cut into random batches, with its state serialized
-between batches as Spark's state store does. The compacted view built from the
-implementation's upserts and tombstones must equal the model's unacked set after every
-batch, and re-applying a batch from the same starting state must give the same changes.
+The model applies one event at a time and keeps the whole history (no expiry bookkeeping, no
+pruning). The implementation (:func:`spark_streaming.transform.apply_batch` over
+:class:`~spark_streaming.state_layout.MemoryMaps`, the same rows Spark's MapStates hold) sees
+the same events of several peers cut into random batches, restarted from a copy of its state
+between some batches as a job restarted from its checkpoint would be. After every batch:
+
+* the compacted view built from its upserts and tombstones equals the model's queues;
+* its queued entries equal the model's (with the Send offsets) and its memories that have
+  not expired equal the model's, with the same expiry;
+* re-running the batch from the same starting state gives the same changes and state;
+* memories do expire and leave the state: nothing outlives its window for long.
 """
 
 from __future__ import annotations
 
-import copy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hypothesis import given, settings, strategies as st
-
-from spark_streaming.queue_state import (ACK, PURGE, SEND, Event, PeerState, apply_events,
-                                         is_progress_key, progress_key, queue_key,
-                                         split_queue_key)
+from spark_streaming.queue_state import (
+    ACK,
+    EARLY,
+    PURGE,
+    SEND,
+    Entry,
+    Event,
+    PeerMeta,
+    Ttl,
+    is_progress_key,
+    plan_events,
+    progress_key,
+    queue_key,
+    split_queue_key,
+)
+from spark_streaming.state_layout import ENTRIES, EXPIRY, PEER_META, MemoryMaps, entry_of, meta_of
+from spark_streaming.transform import apply_batch
 
 
 class DictModel:
@@ -44,83 +63,152 @@ class DictModel:
             self.dropped += [(m, self.clock + self.dedup_ms) for m in self.queue]
             self.queue.clear()
 
+    def memories(self) -> dict[str, int]:
+        """Remembered ids that have not expired, with their (longest) expiry."""
+        out: dict[str, int] = {}
+        for mid, until in self.dropped:
+            if until > self.clock and mid not in self.queue:
+                out[mid] = max(out.get(mid, 0), until)
+        return out
+
+
+Case = tuple[list[tuple[str, Event]], list[int], tuple[int, int], list[bool]]
+
 
 @st.composite
-def streams(draw: st.DrawFn) -> tuple[list[Event], list[int], tuple[int, int]]:
-    """Events of one peer (sends, duplicate sends, acks before/after, purges) and batch cuts."""
+def streams(draw: st.DrawFn) -> Case:
+    """Events of 1-3 peers (sends, duplicate sends, acks before/after, purges), batch cuts,
+    lifetimes, and where the job restarts from its checkpoint."""
+    peers = [f"p{i}" for i in range(draw(st.integers(1, 3)))]
     ids = [f"m{i}" for i in range(draw(st.integers(1, 8)))]
-    n = draw(st.integers(0, 60))
+    n = draw(st.integers(0, 80))
     events, ts = [], 0
     for offset in range(n):
         ts = max(0, ts + draw(st.integers(-3, 10)))  # producers' clocks are not in sync
         kind = draw(st.sampled_from([SEND, SEND, SEND, ACK, ACK, PURGE]))
         mid = draw(st.sampled_from(ids)) if kind != PURGE else ""
         record = {"message_id": mid, "payload": b"x"} if kind == SEND else None
-        events.append(Event(kind, offset, ts, mid, record))
-    cuts = sorted(set(draw(st.lists(st.integers(0, n), max_size=10))) | {n})
+        events.append((draw(st.sampled_from(peers)), Event(kind, offset, ts, mid, record)))
+    cuts = sorted(set(draw(st.lists(st.integers(0, n), max_size=12))) | {n})
     ttls = (draw(st.sampled_from([0, 1, 5, 20, 10**9])), draw(st.sampled_from([0, 3, 10, 10**9])))
-    return events, cuts, ttls
+    restarts = draw(st.lists(st.booleans(), min_size=len(cuts), max_size=len(cuts)))
+    return events, cuts, ttls, restarts
 
 
-@settings(max_examples=400, deadline=None)
+def _batch(maps: MemoryMaps, batch: list[tuple[str, Event]], ttl: Ttl) -> dict:
+    grouped: dict[str, list[Event]] = {}
+    for peer, ev in batch:
+        grouped.setdefault(peer, []).append(ev)
+    return apply_batch(maps, grouped, ttl) if grouped else {}
+
+
+def _entries(maps: MemoryMaps) -> dict[tuple[str, str], Entry]:
+    return {k: entry_of(v) for k, v in maps.data[ENTRIES].items()}
+
+
+@settings(max_examples=500, deadline=None)
 @given(streams())
-def test_batches_match_dict_model(case: tuple[list[Event], list[int], tuple[int, int]]) -> None:
-    events, cuts, (ttl, dedup) = case
-    model = DictModel(ttl, dedup)
-    view: dict[str, int] = {}  # the compacted queues view: message id -> Send offset
-    blob = PeerState().to_bytes()
+def test_batches_and_restarts_match_dict_model(case: Case) -> None:
+    events, cuts, (ack_ttl, dedup), restarts = case
+    ttl = Ttl(ack_ttl, dedup)
+    models: dict[str, DictModel] = {}
+    view: dict[tuple[str, str], int] = {}  # compacted queues: (peer, message id) -> offset
+    maps = MemoryMaps()
     start = 0
-    for cut in cuts:
+    for cut, restart in zip(cuts, restarts, strict=True):
         batch = events[start:cut]
-        before = PeerState.from_bytes(blob)
-        state = copy.deepcopy(before)
-        changes = apply_events(state, batch, ttl, dedup)
-        replay = copy.deepcopy(before)
-        assert apply_events(replay, batch, ttl, dedup) == changes  # a re-run batch writes the same
-        assert len({c.message_id for c in changes}) == len(changes)  # one row per key
-        for change in changes:
-            if change.upsert:
-                assert change.send is not None and change.send.kind == SEND
-                view[change.message_id] = change.send.offset
-            else:
-                view.pop(change.message_id, None)
-        for ev in batch:
-            model.apply(ev)
-        assert view == model.queue
-        assert state.queue == model.queue
-        blob = state.to_bytes()
+        if restart:
+            maps = maps.snapshot()  # a new job reading its checkpoint
+        again = maps.snapshot()
+        changes = _batch(maps, batch, ttl)
+        assert _batch(again, batch, ttl) == changes  # a re-run batch writes the same rows
+        assert again.data == maps.data
+        for peer, peer_changes in changes.items():
+            assert len({c.message_id for c in peer_changes}) == len(peer_changes)  # one per key
+            for change in peer_changes:
+                if change.upsert:
+                    assert change.send is not None and change.send.kind == SEND
+                    view[(peer, change.message_id)] = change.send.offset
+                else:
+                    view.pop((peer, change.message_id), None)
+        for peer, ev in batch:
+            models.setdefault(peer, DictModel(ack_ttl, dedup)).apply(ev)
+        expected = {(p, m): o for p, model in models.items() for m, o in model.queue.items()}
+        assert view == expected
+        stored = _entries(maps)
+        assert {k: e.offset for k, e in stored.items() if e.queued} == expected
+        for peer, model in models.items():
+            meta = meta_of(maps.data[PEER_META][(peer,)])
+            assert meta.clock == model.clock and meta.queued == len(model.queue)
+            live = {m: e.until for (p, m), e in stored.items()
+                    if p == peer and not e.queued and e.until > model.clock}
+            assert live == model.memories()
         start = cut
 
 
 @settings(max_examples=200, deadline=None)
 @given(streams())
-def test_state_holds_only_unacked_and_unexpired(
-        case: tuple[list[Event], list[int], tuple[int, int]]) -> None:
-    events, _, (ttl, dedup) = case
-    state = PeerState()
-    apply_events(state, events, ttl, dedup)
-    assert all(until > state.clock for until in state.remembered.values())
-    assert all(until <= state.clock + max(ttl, dedup) for until in state.remembered.values())
+def test_memories_leave_the_state(case: Case) -> None:
+    """Once every window has passed (a later record of each peer), only the queued entries,
+    the metas and no expiry chunk remain."""
+    events, cuts, (ack_ttl, dedup), _ = case
+    ttl = Ttl(ack_ttl, dedup)
+    maps = MemoryMaps()
+    for start, cut in zip([0, *cuts], cuts, strict=False):
+        _batch(maps, events[start:cut], ttl)
+    end = max((ev.timestamp_ms for _, ev in events), default=0) + 2 * 10**9 + 1
+    peers = sorted({p for p, _ in events})
+    for i in range(20):  # each batch pops at most GC_CHUNKS chunks per FIFO
+        _batch(maps, [(p, Event(SEND, 10**6 + i, end, f"late-{p}", {})) for p in peers], ttl)
+    assert all(e.queued for e in _entries(maps).values())
+    assert maps.data[EXPIRY] == {}
+    assert all(meta_of(m).fifos[0].empty and meta_of(m).fifos[1].empty
+               for m in maps.data[PEER_META].values())
+
+
+def test_batch_cost_does_not_grow_with_a_backlog() -> None:
+    """The same batch costs the same state operations with 10 or 20,000 queued messages for a
+    down peer, and never scans the whole state."""
+    costs = []
+    for backlog in (10, 20_000):
+        maps = MemoryMaps()
+        down = [("down", Event(SEND, i, 1000, f"b{i}", {})) for i in range(backlog)]
+        _batch(maps, down, Ttl())
+        batch = [("down", Event(SEND, backlog + i, 2000, f"n{i}", {})) for i in range(50)]
+        batch += [("up", Event(SEND, backlog + 50 + i, 2000, f"u{i}", {})) for i in range(50)]
+        batch += [("up", Event(ACK, backlog + 100 + i, 2001, f"u{i}")) for i in range(25)]
+        batch += [("down", Event(ACK, backlog + 125, 2002, "b3"))]
+        maps.ops = 0
+        changes = _batch(maps, batch, Ttl())
+        assert len(changes["down"]) == 51 and len(changes["up"]) == 25
+        assert maps.scanned == 0
+        costs.append(maps.ops)
+    assert costs[0] == costs[1] and costs[0] < 8 * 126
 
 
 def test_early_ack_cancels_later_send_and_duplicates_count_once() -> None:
-    state = PeerState()
-    changes = apply_events(state, [
+    ttl = Ttl(1000, 100)
+    writes = plan_events(None, {}, [
         Event(ACK, 0, 10, "a"), Event(SEND, 1, 11, "a", {}), Event(SEND, 2, 12, "b", {}),
-        Event(SEND, 3, 13, "b", {})], 1000, 100)
-    assert [(c.message_id, c.upsert, c.send.offset if c.send else None) for c in changes] \
-        == [("b", True, 2)]
-    assert apply_events(state, [Event(PURGE, 4, 14)], 1000, 100)[0].upsert is False
-    assert state.queue == {}
-    assert apply_events(state, [Event(SEND, 5, 15, "b", {})], 1000, 100) == []  # purged
-    apply_events(state, [Event(SEND, 6, 500, "z", {})], 1000, 100)
-    assert set(state.remembered) == {"a"}  # the purged id left after the dedup window
-    apply_events(state, [Event(ACK, 7, 600, "z")], 1000, 100)
-    apply_events(state, [Event(SEND, 8, 5000, "y", {})], 1000, 100)
-    assert state.remembered == {} and set(state.queue) == {"y"}  # acked ids left the state
-    assert apply_events(state, [Event(SEND, 9, 5001, "a", {})], 1000, 100)[0].upsert
+        Event(SEND, 3, 13, "b", {})], ttl)
+    assert [(c.message_id, c.upsert, c.send.offset if c.send else None)
+            for c in writes.changes] == [("b", True, 2)]
+    assert writes.writes == {"a": Entry(False, until=1010), "b": Entry(True, offset=2)}
+    assert writes.meta.fifos[EARLY].tail == 1 and writes.meta.queued == 1
+    maps = MemoryMaps()
+    assert _batch(maps, [("p", Event(ACK, 0, 10, "a")), ("p", Event(SEND, 1, 11, "a", {})),
+                         ("p", Event(SEND, 2, 12, "b", {}))], ttl)["p"][0].message_id == "b"
+    assert not _batch(maps, [("p", Event(PURGE, 4, 14))], ttl)["p"][0].upsert
+    assert _batch(maps, [("p", Event(SEND, 5, 15, "b", {}))], ttl) == {"p": []}  # purged
+    _batch(maps, [("p", Event(SEND, 6, 500, "z", {}))], ttl)
+    assert {m for (_, m), e in _entries(maps).items() if not e.queued} == {"a"}  # b expired
+    _batch(maps, [("p", Event(ACK, 7, 600, "z"))], ttl)
+    _batch(maps, [("p", Event(SEND, 8, 5000, "y", {}))], ttl)
+    assert set(_entries(maps)) == {("p", "y")}  # every memory left the state
+    assert _batch(maps, [("p", Event(SEND, 9, 5001, "a", {}))], ttl)["p"][0].upsert
 
 
-def test_keys() -> None:
+def test_meta_and_keys() -> None:
+    assert PeerMeta().empty
     assert split_queue_key(queue_key("peer/1", "m:2")) == ("peer/1", "m:2")
     assert is_progress_key(progress_key(3)) and not is_progress_key(queue_key("p", "m"))

@@ -12,7 +12,8 @@ from log.registry import parse_duration_ms
 from log.settings import Settings
 from spark_streaming.checkpoint import default_checkpoint
 from spark_streaming.job import JobOptions, state_partitions
-from spark_streaming.queue_state import PeerState, queue_key
+from spark_streaming.queue_state import MAX_ID_BYTES, Ttl, queue_key
+from spark_streaming.state_layout import ENTRIES, EXPIRY, PEER_META, MemoryMaps, entry_of, meta_of
 from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE, process_rows
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan
@@ -38,39 +39,42 @@ def _frame(rows: list[tuple[bytes | None, bytes | None, int]], partition: int = 
 
 
 def test_rows_in_offset_order_per_peer_with_dead_letters_and_marks() -> None:
-    store: dict[str, bytes] = {}
+    maps = MemoryMaps()
     frame = _frame([
         (b"a", _send("a", "1"), 0), (b"a", _send("a", "2"), 0), (b"b", _ack("b", "9"), 0),
         (b"a", _ack("a", "1"), 0), (b"b", _send("b", "9"), 0), (b"a", b"junk", 0),
         (None, _send("a", "3"), 0), (b"b", _send("a", "4"), 0),
         (b"a", C.encode("QueueProgress", {"txlog_partition": 0, "next_offset": 1,
-                                          "batch_id": 0, "timestamp_ms": 0}), 0)])
-    out = process_rows(frame, store.get, lambda p, b: store.__setitem__(p, b) if b else
-                       store.pop(p, None), ack_ttl_ms=1000, dedup_window_ms=500)
+                                          "batch_id": 0, "timestamp_ms": 0}), 0),
+        (b"a", _send("a", "x" * (MAX_ID_BYTES + 1)), 0)])
+    out = process_rows(frame, maps, Ttl(1000, 500))
     entries = out[out.kind == ENTRY]
     assert list(entries.key) == [queue_key("a", "2").encode()]
     entry = C.decode(entries.value.iloc[0]).record
     assert (entry["txlog_partition"], entry["txlog_offset"], entry["delivery_count"]) == (3, 1, 2)
-    assert set(out[out.kind == DEAD].offset) == {5, 6, 7, 8}
+    assert set(out[out.kind == DEAD].offset) == {5, 6, 7, 8, 9}
     assert all(out[out.kind == DEAD].reason.str.len() > 0)
     marks = out[out.kind == MARK]
-    assert list(marks.offset) == [8] and list(marks.partition) == [3]
-    assert set(store) == {"a", "b"}  # b remembers its early ack
-    # the next batch acks a's entry: a tombstone; a's state keeps only recent acked ids
-    out2 = process_rows(_frame([(b"a", _ack("a", "2"), 0)]), store.get,
-                        lambda p, b: store.__setitem__(p, b) if b else store.pop(p, None), 0)
+    assert list(marks.offset) == [9] and list(marks.partition) == [3]
+    # one row per message: a's queued "2" and acked "1", b's early ack "9"
+    assert {k: entry_of(v).queued for k, v in maps.data[ENTRIES].items()} == {
+        ("a", "1"): False, ("a", "2"): True, ("b", "9"): False}
+    # the next batch acks a's entry: a tombstone; the id is remembered for the dedup window
+    out2 = process_rows(_frame([(b"a", _ack("a", "2"), 0)]), maps, Ttl(0, 500))
     assert list(out2[out2.kind == TOMBSTONE].key) == [queue_key("a", "2").encode()]
     assert out2[out2.kind == TOMBSTONE].value.isna().all()
-    assert PeerState.from_bytes(store["a"]).queue == {}
+    assert not entry_of(maps.data[ENTRIES][("a", "2")]).queued
     far = C.encode("Ack", {"message_id": "x", "peer": "a", "environment": "e",
                            "timestamp_ms": 10**6})
-    process_rows(_frame([(b"a", far, 0)]), store.get,
-                 lambda p, b: store.__setitem__(p, b) if b else store.pop(p, None), 0, 0)
-    assert "a" not in store  # everything it remembered expired: the state entry is dropped
+    process_rows(_frame([(b"a", far, 0)]), maps, Ttl(0, 0))
+    # everything a remembered expired and left the state; its meta (the clock) stays
+    assert [k for k in maps.data[ENTRIES] if k[0] == "a"] == []
+    assert meta_of(maps.data[PEER_META][("a",)]).clock == 10**6
+    assert not any(k[0] == "a" for k in maps.data[EXPIRY])
 
 
 def test_empty_frame() -> None:
-    out = process_rows(_frame([]), lambda p: None, lambda p, b: None, 1000)
+    out = process_rows(_frame([]), MemoryMaps(), Ttl())
     assert out.empty and list(out.columns) == ["kind", "key", "value", "partition", "offset",
                                                "reason"]
 
