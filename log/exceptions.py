@@ -6,6 +6,7 @@ __all__ = [
     "TidemarkError", "ConfigError", "CodecError", "BadMarkerError", "UnknownFingerprintError",
     "TruncatedRecordError", "UnknownSchemaError", "LogError", "DeliveryError",
     "UnderReplicatedError", "ClusterLaunchError", "JvmSetupError", "OversizedMessageError",
+    "KafkaUnreachableError", "TopicsMissingError",
 ]
 
 
@@ -55,6 +56,38 @@ class OversizedMessageError(LogError):
 
 class UnderReplicatedError(LogError):
     """A topic has fewer in-sync replicas than its durability settings require."""
+
+
+class KafkaUnreachableError(LogError):
+    """No broker of the bootstrap list answered before the deadline (wrong address, or the
+    whole cluster is down). Distinct from a broker loss, which lookups ride through."""
+
+    def __init__(self, bootstrap: str, timeout_s: float, detail: str = "") -> None:
+        super().__init__(f"cannot reach Kafka at {bootstrap or '(no bootstrap)'} within"
+                         f" {timeout_s:g} s" + (f" ({detail})" if detail else ""))
+        self.bootstrap = bootstrap
+        self.timeout_s = timeout_s
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type, tuple[str, float, str]]:  # picklable despite __init__
+        return (type(self), (self.bootstrap, self.timeout_s, self.detail))
+
+
+class TopicsMissingError(LogError):
+    """The cluster answered, and some topic Tidemark needs does not exist on it."""
+
+    def __init__(self, topics: "list[str] | tuple[str, ...]", bootstrap: str = "") -> None:
+        names = ", ".join(topics)
+        where = f" on {bootstrap}" if bootstrap else ""
+        noun = "topic" if len(topics) == 1 else "topics"
+        verb = "does" if len(topics) == 1 else "do"
+        super().__init__(f"{noun} {names} {verb} not exist{where}: run `tidemark topics create`"
+                         f" (or `tidemark local up`)")
+        self.topics = list(topics)
+        self.bootstrap = bootstrap
+
+    def __reduce__(self) -> tuple[type, tuple[list[str], str]]:
+        return (type(self), (self.topics, self.bootstrap))
 
 
 class ClusterLaunchError(TidemarkError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import Counter
 
@@ -14,10 +15,13 @@ from log.settings import Settings, load_settings
 __all__ = ["count_txlog"]
 
 
-def count_txlog(settings: Settings) -> tuple[Counter, dict[int, int]]:
-    """Records per type in txlog (``bad`` for undecodable ones), and the end offsets."""
+def count_txlog(settings: Settings) -> tuple[Counter[str], dict[int, int]]:
+    """Records per type in txlog (``bad`` for undecodable ones), and the end offsets.
+
+    The lookups ride through the loss of a broker; an unreachable cluster or a missing
+    txlog is one :class:`TidemarkError` line."""
     marks = watermarks(settings, "txlog")
-    counts: Counter = Counter()
+    counts: Counter[str] = Counter()
     decode = default_codec().decode
     for msgs in read_to_end(settings, "txlog", marks=marks):
         for msg in msgs:
@@ -31,6 +35,8 @@ def count_txlog(settings: Settings) -> tuple[Counter, dict[int, int]]:
 
 def main() -> int:
     """Print the counts."""
+    # librdkafka's connection retries are logged; the outcome is reported as one line below
+    logging.getLogger("tidemark.librdkafka").setLevel(logging.CRITICAL)
     try:
         counts, ends = count_txlog(load_settings())
     except TidemarkError as exc:

@@ -6,12 +6,14 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 from log.offsets import end_offsets
 from log.producer import LogProducer
 from log.settings import Settings
+from log.topics import require_topics
 
 __all__ = ["LoadResult", "generate_load", "stderr_progress"]
 
@@ -27,7 +29,7 @@ class LoadResult:
     seconds: float = 0.0
     unacked: dict[str, list[str]] = field(default_factory=dict)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The documented JSON shape."""
         return {"sent": self.sent, "acked": self.acked, "peers": self.peers,
                 "end_offsets": self.end_offsets}
@@ -45,6 +47,7 @@ def generate_load(settings: Settings, peers: int = 100, messages: int = 100_000,
     """
     if not 0.0 <= ack_ratio <= 1.0:
         raise ValueError("ack_ratio must be within [0, 1]")
+    require_topics(settings, ("txlog",))  # one line if Kafka is unreachable or txlog missing
     rng = random.Random(seed)
     run = os.urandom(4).hex()
     names = [f"peer-{i}" for i in range(peers)]
@@ -78,13 +81,31 @@ def generate_load(settings: Settings, peers: int = 100, messages: int = 100_000,
             producer.poll(0)
             if progress and i:
                 progress(i, messages)
-    producer.flush()
+    _drain(producer)
     result.seconds = time.monotonic() - started
     if progress:
         progress(messages, messages)
     result.end_offsets = {str(p): o for p, o in sorted(end_offsets(settings, "txlog").items())}
     result.peers = {n: s for n, s in result.peers.items() if s["sent"]}
     return result
+
+
+def _drain(producer: LogProducer, stall_s: float = 30.0) -> None:
+    """Wait until Kafka acknowledged every record (raises :class:`DeliveryError` otherwise).
+
+    A broker loss pauses deliveries while leadership moves, and a large backlog can take
+    longer than any fixed timeout on a busy machine: keep waiting as long as records keep
+    being acknowledged, and give up only when nothing moved for ``stall_s`` (librdkafka's
+    own delivery timeout still fails every record it cannot deliver).
+    """
+    remaining = len(producer)
+    last_move = time.monotonic()
+    while remaining and time.monotonic() - last_move < stall_s:
+        now_left = producer.raw.flush(1.0)
+        if now_left < remaining:
+            last_move = time.monotonic()
+        remaining = now_left
+    producer.flush(stall_s if remaining else 1.0)
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from log.exceptions import LogError, UnderReplicatedError
-from typing import Callable
-
+from log.exceptions import LogError, TopicsMissingError, UnderReplicatedError
+from log.offsets import Lookup
 from log.settings import TOPICS, Settings
 
 __all__ = ["TopicSpec", "topic_specs", "ensure_topics", "describe_topics", "check_replication",
-           "delete_topic_set"]
+           "delete_topic_set", "cluster_metadata", "require_topics"]
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,61 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+def _metadata(admin: AdminClient, lookup: Lookup, need: Iterable[str] = ()) -> Any:
+    """Cluster metadata, retried through broker loss. A topic of ``need`` that is listed
+    without partitions (being created, or leaderless for a moment) counts as transient."""
+    need = list(need)
+
+    def attempt(try_s: float) -> Any:
+        md = admin.list_topics(timeout=try_s)
+        lookup.answered()
+        for name in need:
+            meta = md.topics.get(name)
+            if meta is not None and not meta.partitions:
+                raise KafkaException(meta.error or KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+        return md
+    return lookup.run("cluster metadata", attempt)
+
+
+def _unknown(err: KafkaError | None) -> bool:
+    return err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def cluster_metadata(settings: Settings, timeout: float | None = None) -> Any:
+    """confluent_kafka ``ClusterMetadata`` (brokers, topics); retries broker loss until the
+    deadline, then raises :class:`KafkaUnreachableError` (no broker answered) or
+    :class:`LogError`."""
+    return _metadata(AdminClient(settings.admin_config()), Lookup(settings, timeout))
+
+
+def require_topics(settings: Settings, logical_topics: Iterable[str] = TOPICS,
+                   timeout: float | None = None) -> dict[str, int]:
+    """Start-up check: ``{logical topic: partition count}`` for topics that must exist.
+
+    Rides through the loss of a broker (retries until the deadline). Tells the two real
+    failures apart, each one line: :class:`KafkaUnreachableError` ("cannot reach Kafka at
+    <bootstrap> within N s") when no broker answers, :class:`TopicsMissingError` ("topics X
+    do not exist ...: run `tidemark topics create`") when the cluster answers without them.
+    """
+    logical = list(logical_topics)
+    names = {t: settings.topic(t) for t in logical}
+    md = _metadata(AdminClient(settings.admin_config()), Lookup(settings, timeout),
+                   names.values())
+    missing = [n for n in names.values() if n not in md.topics or _unknown(md.topics[n].error)]
+    if missing:
+        raise TopicsMissingError(missing, settings.bootstrap)
+    return {t: len(md.topics[n].partitions) for t, n in names.items()}
+
+
 def ensure_topics(settings: Settings, timeout_s: float = 60.0) -> list[str]:
     """Create any missing topic; returns the names created. Retries while brokers join."""
     admin = AdminClient(settings.admin_config())
     created: list[str] = []
-    deadline = time.monotonic() + timeout_s
+    lookup = Lookup(settings, timeout_s)
     pending = topic_specs(settings)
     last_error = ""
     while pending:
-        existing = set(admin.list_topics(timeout=10).topics)
+        existing = set(_metadata(admin, lookup).topics)
         todo = [s for s in pending if s.name not in existing]
         if not todo:
             break
@@ -75,38 +122,52 @@ def ensure_topics(settings: Settings, timeout_s: float = 60.0) -> list[str]:
                 retry.append(spec)
         pending = retry
         if not pending:
-            _wait_leaders(admin, [s.name for s in topic_specs(settings)], deadline)
+            _wait_leaders(admin, [s.name for s in topic_specs(settings)], lookup.deadline)
         if pending:
-            if time.monotonic() > deadline:
+            if time.monotonic() > lookup.deadline:
                 raise LogError(f"could not create topics {[s.name for s in pending]}: {last_error}")
-            time.sleep(1.0)
+            time.sleep(1.0)  # back-off while brokers join, not a synchronization
     return created
 
 
 def _wait_leaders(admin: AdminClient, names: list[str], deadline: float) -> None:
     """Wait until every partition of ``names`` has a leader and a full ISR."""
     while time.monotonic() < deadline:
-        md = admin.list_topics(timeout=10)
-        if all(n in md.topics and md.topics[n].partitions and all(
+        try:
+            md = admin.list_topics(timeout=max(0.5, min(10.0, deadline - time.monotonic())))
+        except KafkaException:  # a broker going away: ask again
+            md = None
+        if md is not None and all(n in md.topics and md.topics[n].partitions and all(
                 p.leader >= 0 and len(p.isrs) == len(p.replicas)
                 for p in md.topics[n].partitions.values()) for n in names):
             return
         time.sleep(0.2)
 
 
-def describe_topics(settings: Settings) -> dict[str, dict]:
-    """Per topic: partitions, replication factor, min ISR, and the smallest ISR size."""
+def describe_topics(settings: Settings, timeout: float | None = None) -> dict[str, dict[str, Any]]:
+    """Per topic: partitions, replication factor, min ISR, and the smallest ISR size.
+
+    Topics of the set that do not exist are left out. Retries broker loss until the
+    deadline (``timeout`` seconds, default 30).
+    """
     admin = AdminClient(settings.admin_config())
-    md = admin.list_topics(timeout=10)
-    out: dict[str, dict] = {}
-    names = [s.name for s in topic_specs(settings) if s.name in md.topics]
+    lookup = Lookup(settings, timeout)
+    wanted = [s.name for s in topic_specs(settings)]
+    md = _metadata(admin, lookup, wanted)
+    names = [n for n in wanted if n in md.topics]
     resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
-    configs = admin.describe_configs(resources) if resources else {}
-    for res, fut in configs.items():
-        md_topic = md.topics[res.name]
-        cfg = fut.result()
+
+    def configs(try_s: float) -> dict[str, Any]:
+        futures = admin.describe_configs(resources, request_timeout=try_s) if resources else {}
+        return {res.name: fut.result(try_s + 5) for res, fut in futures.items()}
+
+    found = lookup.run("topic configs", configs)
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        md_topic = md.topics[name]
+        cfg = found[name]
         parts = md_topic.partitions.values()
-        out[res.name] = {
+        out[name] = {
             "partitions": len(md_topic.partitions),
             "replication_factor": min(len(p.replicas) for p in parts),
             "min_isr": min(len(p.isrs) for p in parts),
@@ -121,7 +182,7 @@ def check_replication(settings: Settings, allow_under_replicated: bool = False) 
     """Refuse to run when txlog is under-replicated, unless explicitly allowed."""
     info = describe_topics(settings).get(settings.topic("txlog"))
     if info is None:
-        raise LogError(f"topic {settings.topic('txlog')} does not exist: run topic bootstrap")
+        raise TopicsMissingError([settings.topic("txlog")], settings.bootstrap)
     if allow_under_replicated:
         return
     if info["replication_factor"] < settings.replication_factor:
