@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition
 
 from log.consumer import LogConsumer
 from log.exceptions import CodecError
+from log.offsets import end_offsets
 from log.producer import LogProducer
 from log.settings import Settings
 
@@ -151,7 +152,7 @@ class ConfigLog:
     def read_to_end(self, timeout: float = 30.0) -> Epoch | None:
         """Strongly consistent read: consume until the high watermark seen now."""
         tp = TopicPartition(self.settings.topic("config"), 0)
-        _, high = self.consumer.raw.get_watermark_offsets(tp, timeout=10, cached=False)
+        high = end_offsets(self.settings, "config", [0])[0]  # retries a broker loss
         deadline = time.monotonic() + timeout
         while True:
             pos = self.consumer.raw.position([tp])[0].offset

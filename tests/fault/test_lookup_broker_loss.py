@@ -216,9 +216,6 @@ def test_unreachable_bootstrap_is_one_line_per_command(tmp_path: Path) -> None:
         assert elapsed < 60, f"{name}: {elapsed:.1f}s to say Kafka is unreachable"
 
 
-@pytest.mark.xfail(strict=False, reason="gossip.cluster_config.ConfigLog.read_to_end calls"
-                   " get_watermark_offsets directly (gossip is another engineer's): it should"
-                   " use log.offsets.end_offsets(settings, 'config', [0])")
 def test_cluster_show_unreachable_is_one_line(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run([TIDEMARK, "cluster", "show", "--bootstrap", UNREACHABLE],

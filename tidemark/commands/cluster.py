@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from gossip.cluster_config import Epoch
 from gossip.exceptions import EpochError
 from log.settings import Settings, load_settings
 from tidemark.options import cluster_file, env_flag
@@ -22,8 +23,10 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(path, state_dir=args.state_dir, bootstrap=args.bootstrap or None)
 
 
-def _current(settings):
+def _current(settings: Settings) -> Epoch:
     from gossip.cluster_config import ConfigLog
+    from log.topics import require_topics
+    require_topics(settings, ("config",))
     log = ConfigLog(settings)
     try:
         epoch = log.read_to_end()

@@ -43,13 +43,15 @@ def _run(args: argparse.Namespace) -> int:
 def _depth(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
+    from log.topics import require_topics
     from spark_streaming.depth import depth_report, wait_for_progress
     settings = settings_from_args(args)
+    require_topics(settings, ("txlog", "queues"))  # "unreachable" vs "missing", one line
     try:
         if args.wait:
             wait_for_progress(settings, args.wait)
         report = depth_report(settings, args.peer)
-    except KafkaException as exc:
+    except KafkaException as exc:  # a consumer error that outlived its retries
         raise QueuesError(f"cannot read {settings.topic('queues')} from {settings.bootstrap}:"
                           f" {exc.args[0].str() if exc.args else exc}") from None
     if args.json:
