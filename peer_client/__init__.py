@@ -2,6 +2,8 @@
 acks, durability levels, flight size, and an in-memory test double (``peer_client.testing``).
 """
 
+from log.settings import Settings, load_settings
+from peer_client.aio import AsyncPeer
 from peer_client.context import MessageContext, Phase
 from peer_client.exceptions import (DuplicatePeerError, DurabilityTimeoutError,
                                     DurabilityUnavailableError, FlightSizeExceededError,
@@ -11,11 +13,12 @@ from peer_client.exceptions import (DuplicatePeerError, DurabilityTimeoutError,
                                     WrongEnvironmentError)
 from peer_client.messages import MessageType, message, message_type_of, register_message
 from peer_client.options import ALL, LOG, QUORUM, PeerOptions
+from peer_client.peer import Peer
 from peer_client.ports import Delivery
 from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
 
 __all__ = [
-    "MessageContext", "Phase", "MessageType", "message", "message_type_of", "register_message",
+    "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "Phase", "MessageType", "message", "message_type_of", "register_message",
     "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
     "Serializer",
     "PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",

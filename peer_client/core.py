@@ -16,7 +16,9 @@ from collections import Counter
 from typing import Any, Callable, Iterable
 
 from log.exceptions import OversizedMessageError
+from log.codec import MARKER
 from peer_client.acks import AckBatcher
+from peer_client.avro_fast import SendEncoder
 from peer_client.context import Phase
 from peer_client.dedup import DedupWindow
 from peer_client.directory import DirectoryCache, PeerEntry, needs_probe
@@ -25,7 +27,7 @@ from peer_client.exceptions import (DuplicatePeerError, PeerStateError, PeerUnre
 from peer_client.flight import FlightControl
 from peer_client.handlers import Handler, HandlerRegistry
 from peer_client.inbox import Inbox, Job
-from peer_client.messages import MessageType, message_type_of
+from peer_client.messages import _BY_CLASS, MessageType, message_type_of
 from peer_client.options import LEVELS, PeerOptions
 from peer_client.outbox import OutItem, Outbox
 from peer_client.ports import Delivery, DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
@@ -80,10 +82,14 @@ class PeerCore:
         self._codec = peer_codec()
         self._encode = self._codec.encode
         self._seq = itertools.count(1)
+        self._id_prefix = f"{self.incarnation}-"
+        self._send_encoder = SendEncoder(MARKER + self._codec.fingerprint_of("Send"),
+                                         peer_id, environment)
         self._last_heartbeat = 0
         self._registered_ms = 0
         self._warned: set[str] = set()
         self._release = self._release_flight
+        self.sent = 0  # sends accepted (a plain counter: the hot path avoids the Counter)
 
     # ---- phases --------------------------------------------------------------------------
     @property
@@ -208,7 +214,8 @@ class PeerCore:
         self.flight.release()
 
     def _prepare(self, message: Any, durability: str) -> tuple[MessageType, bytes]:
-        self._check_running()
+        if self.inbox.phase not in RUNNING:
+            self._check_running()
         if durability not in LEVELS:
             raise ValueError(f"durability must be one of {', '.join(LEVELS)}, got {durability!r}")
         mt = message_type_of(message)
@@ -232,10 +239,7 @@ class PeerCore:
                 f" message can only be delivered directly")
         value = None
         if logged:
-            value = self._encode("Send", {
-                "message_id": mid, "sender": self.peer_id, "recipient": to,
-                "environment": self.environment, "message_type": mt.name, "payload": payload,
-                "timestamp_ms": ts, "delivery_count": 0, "direct_incarnation": None})
+            value = self._send_encoder.encode(mid, to, mt.name, payload, ts)
             if len(value) > self.max_bytes:
                 raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
                                             f" max_message_bytes={self.max_bytes}")
@@ -249,24 +253,44 @@ class PeerCore:
              timeout: float | None = None) -> Delivery:
         """Point-to-point: queue ``message`` for ``to``; the returned :class:`Delivery`
         completes once it holds at ``durability`` (``log``, ``quorum`` or ``all``)."""
-        mt, payload = self._prepare(message, durability)
-        if not isinstance(to, str) or not to:
+        if self.inbox.phase not in RUNNING:
+            self._check_running()
+        mt = _BY_CLASS.get(type(message)) or message_type_of(message)
+        if durability not in LEVELS:
+            raise ValueError(f"durability must be one of {', '.join(LEVELS)},"
+                             f" got {durability!r}")
+        payload = mt.serializer.encode(message)
+        if len(payload) > self.max_bytes:
+            raise OversizedMessageError(f"{mt.name} payload of {len(payload)} bytes exceeds"
+                                        f" max_message_bytes={self.max_bytes}")
+        if type(to) is not str or not to:
             raise ValueError(f"recipient must be a peer id, got {to!r}")
-        if to not in self.directory:
-            foreign = self.directory.foreign_environment(to)
-            if foreign is not None:
-                raise WrongEnvironmentError(f"peer {to} is in environment {foreign!r}, not"
-                                            f" {self.environment!r}: not sending to it")
+        entry = self.directory.get(to)
+        if entry is None and self.directory.foreign_environment(to) is not None:
+            raise WrongEnvironmentError(
+                f"peer {to} is in environment {self.directory.foreign_environment(to)!r},"
+                f" not {self.environment!r}: not sending to it")
         ts = self.clock_ms()
-        mid = f"{self.incarnation}-{next(self._seq)}"
-        handle = Delivery(mid, 1, None)
-        item = self._item(to, mt, payload, mid, ts, durability, handle, False)
+        handle = Delivery(f"{self._id_prefix}{next(self._seq)}", 1, self._release)
+        if (durability == "log" and mt.persistent and not self.outbox.lanes.busy(to)
+                and (entry is None or (entry.persistent and not self._alive(entry, ts)))):
+            # the common case without direct delivery: encode and append, nothing queued
+            value = self._send_encoder.encode(handle.message_id, to, mt.name, payload, ts)
+            if len(value) > self.max_bytes:
+                raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
+                                            f" max_message_bytes={self.max_bytes}")
+            self.flight.acquire(timeout)
+            self.sent += 1
+            self.outbox.append_now(to, value, handle)
+            return handle
+        item = self._item(to, mt, payload, handle.message_id, ts, durability, handle, False)
         assert item is not None
         self.flight.acquire(timeout)
-        handle._on_final = self._release
-        handle.recipients.append(to)
-        self.stats["sent"] += 1
-        self.outbox.put(to, item)
+        self.sent += 1
+        if item.direct is None:
+            self.outbox.put_logged(to, item)
+        else:
+            self.outbox.put(to, item)
         return handle
 
     def publish(self, message: Any, durability: str = "log",
@@ -274,7 +298,7 @@ class PeerCore:
         """Send ``message`` to every peer whose directory entry subscribes to its type."""
         mt, payload = self._prepare(message, durability)
         ts = self.clock_ms()
-        mid = f"{self.incarnation}-{next(self._seq)}"
+        mid = f"{self._id_prefix}{next(self._seq)}"
         with self.dir_lock:
             targets = [e.peer_id for e in self.directory.subscribers(mt.name)]
         handle = Delivery(mid, len(targets) or 1, None)
@@ -289,7 +313,6 @@ class PeerCore:
             handle.part_done(None)
             return handle
         for to, it in items:
-            handle.recipients.append(to)
             self.outbox.put(to, it)
         return handle
 
@@ -398,6 +421,13 @@ class PeerCore:
             "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
             "timestamp_ms": self.clock_ms()})
         self.log_port.append(self.peer_id, value, self._ack_delivered)
+
+    def stats_snapshot(self) -> dict[str, int]:
+        """Every counter of this peer."""
+        out = dict(self.stats)
+        out["sent"] = self.sent
+        out["logged"] = self.outbox.logged
+        return out
 
     # ---- housekeeping --------------------------------------------------------------------
     def tick(self) -> None:

@@ -47,37 +47,50 @@ class FlightControl:
             raise ValueError(f"flight mode must be {BLOCK!r} or {RAISE!r}, got {mode!r}")
         self.window = FlightWindow(limit)
         self.mode = mode
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0
 
     def acquire(self, timeout: float | None = None) -> None:
         """Take a slot; block until one frees (or ``timeout``), or raise in fail mode."""
-        with self._cond:
-            if self.window.try_acquire():
+        w = self.window
+        with self._lock:
+            if w.in_flight < w.limit:
+                w.in_flight += 1
                 return
             if self.mode == RAISE:
                 raise FlightSizeExceededError(self.window.limit, self.window.in_flight)
             deadline = None if timeout is None else time.monotonic() + timeout
-            while not self.window.try_acquire():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise FlightSizeExceededError(self.window.limit, self.window.in_flight)
-                self._cond.wait(left)
+            self._waiting += 1
+            try:
+                while not w.try_acquire():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise FlightSizeExceededError(w.limit, w.in_flight)
+                    self._cond.wait(left)
+            finally:
+                self._waiting -= 1
 
     def release(self) -> None:
-        """Give a slot back and wake one blocked sender."""
-        with self._cond:
+        """Give a slot back and wake a blocked sender (or one waiting for empty)."""
+        with self._lock:
             self.window.release()
-            self._cond.notify()
+            if self._waiting:
+                self._cond.notify_all()
 
     def wait_empty(self, timeout: float | None = None) -> bool:
         """Wait until nothing is in flight; False at the deadline."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self.window.in_flight:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left if left is not None else 1.0)
+            self._waiting += 1
+            try:
+                while self.window.in_flight:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left if left is not None else 1.0)
+            finally:
+                self._waiting -= 1
             return True
 
     @property

@@ -28,17 +28,33 @@ class KafkaLog:
     def __init__(self, settings: Settings) -> None:
         self.producer = LogProducer(settings, peer_codec())
         self._txlog = settings.topic("txlog")
-        self._produce_raw = self.producer.produce_raw
+        self._raw = self.producer.raw
+        self._default = self.producer._on_delivery
 
     def append(self, key: str, value: bytes, on_delivery: KafkaCallback | None = None) -> None:
-        """Append one encoded record to txlog (partition: murmur2 of ``key``)."""
-        self._produce_raw(self._txlog, key, value, None, on_delivery)
+        """Append one encoded record to txlog (partition: murmur2 of ``key``). The caller
+        has checked the size; a refusal reaches ``on_delivery`` (or the next flush)."""
+        try:
+            self._raw.produce(self._txlog, value, key, -1, on_delivery or self._default)
+        except BufferError:  # librdkafka's queue is full: serve callbacks, retry
+            while True:
+                self._raw.poll(0.05)
+                try:
+                    self._raw.produce(self._txlog, value, key, -1,
+                                      on_delivery or self._default)
+                    return
+                except BufferError:
+                    continue
 
     def publish(self, peer_id: str, descriptor: dict[str, Any],
                 on_delivery: KafkaCallback | None = None) -> None:
         """Append a PeerDescriptor to the directory topic."""
         self.producer.produce("directory", peer_id, "PeerDescriptor", descriptor,
                               on_delivery=on_delivery)
+
+    def serve(self) -> None:
+        """Serve pending delivery callbacks without waiting."""
+        self._raw.poll(0)
 
     def poll(self, timeout: float) -> int:
         """Serve delivery callbacks."""

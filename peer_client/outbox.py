@@ -53,6 +53,7 @@ class Outbox:
         self.lanes: KeyedLanes[OutItem] = KeyedLanes()
         self.lock = threading.Lock()
         self.unreachable: dict[str, float] = {}
+        self.logged = 0
         self._codec = peer_codec()
 
     # ---- entry -------------------------------------------------------------------------
@@ -66,17 +67,28 @@ class Outbox:
             return True
         return False
 
+    def append_now(self, to: str, value: bytes, callback: Any) -> None:
+        """The send fast path: append a Send that waits for nothing (see :meth:`put_logged`).
+        Every 512 appends the sending thread serves delivery callbacks itself, as a producer
+        loop does, instead of leaving them all to the housekeeping thread."""
+        self.log.append(to, value, callback)
+        self.logged += 1
+        if not self.logged & 511:
+            self.log.serve()
+
+    def put_logged(self, to: str, item: OutItem) -> None:
+        """A persistent message for a peer that is not up: append it now, unless earlier
+        messages for ``to`` are still queued (then behind them, to keep send order). The
+        check needs no lock: a lane this thread filled stays busy until it is drained."""
+        if not self.lanes.busy(to):
+            self._append(to, item, None)
+        else:
+            self.put(to, item)
+
     def put(self, to: str, item: OutItem) -> None:
         """Queue ``item`` for ``to``; runs the lane now if it was idle."""
-        if item.direct is None and item.value is not None:
-            with self.lock:  # fast path: nothing queued for `to`, nothing to wait for
-                if not self.lanes.busy(to):
-                    self._append(to, item, None)
-                    return
-                start = self.lanes.push(to, item)
-        else:
-            with self.lock:
-                start = self.lanes.push(to, item)
+        with self.lock:
+            start = self.lanes.push(to, item)
         if start:
             self._drive(to, [item] + self._take(to))
 
@@ -174,7 +186,7 @@ class Outbox:
                 value = marked
         handle = item.handle
         if item.level == LOG:
-            callback = handle.kafka_done
+            callback = handle
         else:
             callback = self._stable_callback(handle, item.level)
         try:
@@ -182,7 +194,7 @@ class Outbox:
         except Exception as exc:  # noqa: BLE001 - refused before Kafka (size, config)
             handle.part_done(exc)
             return
-        self.stats["logged"] += 1
+        self.logged += 1
 
     def _stable_callback(self, handle: Delivery, level: str) -> Callable[[Any, Any], None]:
         stability = self.stability

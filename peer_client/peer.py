@@ -113,7 +113,7 @@ class Peer:
     def stats(self) -> dict[str, int]:
         """Counters: sent, logged, direct_delivered, received, handled, duplicates, acks,
         failed_deliveries, malformed, unknown_type, no_handler, rejected..."""
-        return dict(self.core.stats)
+        return self.core.stats_snapshot()
 
     def handler(self, fn_or_cls: Any = None) -> Any:
         """Register a handler: ``@peer.handler`` typed by the first parameter's annotation,

@@ -28,14 +28,13 @@ class Delivery:
     holds at the requested durability level (or failed)."""
 
     __slots__ = ("message_id", "_remaining", "_error", "_done", "_event", "_callbacks",
-                 "_on_final", "recipients", "positions")
+                 "_on_final", "positions")
 
     def __init__(self, message_id: str, parts: int,
                  on_final: Callable[["Delivery"], None] | None = None) -> None:
         self.message_id = message_id
-        self.recipients: list[str] = []
         #: ``(txlog partition, offset)`` of each Send Kafka acknowledged (persistent only).
-        self.positions: list[tuple[int, int]] = []
+        self.positions: list[tuple[int, int]] | None = None
         self._remaining = parts
         self._error: BaseException | None = None
         self._done = False
@@ -67,10 +66,14 @@ class Delivery:
             for cb in callbacks:
                 cb(self)
 
-    def kafka_done(self, err: Any, msg: Any) -> None:
-        """A confluent-kafka delivery callback completing one part at durability ``log``."""
+    def __call__(self, err: Any, msg: Any) -> None:
+        """A confluent-kafka delivery callback completing one part at durability ``log``
+        (the handle is its own callback: one object per send, not two)."""
         if err is None:
-            self.positions.append((msg.partition(), msg.offset()))
+            if self.positions is None:
+                self.positions = [(msg.partition(), msg.offset())]
+            else:
+                self.positions.append((msg.partition(), msg.offset()))
             self.part_done(None)
         else:
             from log.exceptions import DeliveryError
@@ -78,8 +81,12 @@ class Delivery:
                                          f" {self.message_id} to {msg.topic()}"
                                          f"[{msg.partition()}]: {err.str()}"))
 
+    kafka_done = __call__
+
     def logged(self, msg: Any) -> None:
         """Record where Kafka put one Send (before a quorum/all wait)."""
+        if self.positions is None:
+            self.positions = []
         self.positions.append((msg.partition(), msg.offset()))
 
     def fail(self, error: BaseException) -> None:
@@ -140,6 +147,9 @@ class LogPort(Protocol):
 
     def flush(self, timeout: float) -> None:
         """Wait for every appended record (raises if one was refused)."""
+
+    def serve(self) -> None:
+        """Run pending completion callbacks now, if the port queues them."""
 
 
 class DirectPort(Protocol):

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from log.codec import MARKER, schema_fingerprint
-from log.fast_encoder import compile_encoder
+from peer_client.avro_fast import compile_object_encoder
 from peer_client.exceptions import MessageTypeError, PayloadError
 
 __all__ = ["Serializer", "AvroSerializer", "JsonSerializer", "avro_schema_for"]
@@ -150,15 +150,14 @@ class AvroSerializer:
         self._header = MARKER + self.fingerprint
         self._writers: dict[bytes, Any] = {self.fingerprint: self._parsed}
         self._build = _object_builder(cls)
-        self._fast = compile_encoder(self._parsed, self._header)
-        flat = self._fast is not None and not getattr(cls, "__slots__", None)
-        self.encode = self._encode_fast if flat else self._encode_generic  # type: ignore
+        self._fast = compile_object_encoder(self._parsed, self._header)
+        self.encode = self._encode_fast if self._fast else self._encode_generic  # type: ignore
 
     def _encode_fast(self, obj: Any) -> bytes:
         if type(obj) is not self.cls:
             raise PayloadError(f"expected {self.cls.__qualname__}, got {type(obj).__qualname__}")
         try:
-            return self._fast(obj.__dict__)  # type: ignore[misc]
+            return self._fast(obj)  # type: ignore[misc]
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError) as exc:
             raise PayloadError(f"cannot encode {self.cls.__qualname__}: {exc}") from None
 

@@ -86,6 +86,9 @@ class _Ports:
     def flush(self, timeout: float) -> None:
         pass
 
+    def serve(self) -> None:
+        pass
+
     # DirectPort
     def deliver(self, endpoint: str, batch: bytes, done: Any) -> None:
         self.bus._deliver(endpoint, batch, done)
@@ -149,7 +152,7 @@ class TestPeer:
     @property
     def stats(self) -> dict[str, int]:
         """Counters: sent, received, handled, duplicates, failed_deliveries, acks..."""
-        return dict(self.core.stats)
+        return self.core.stats_snapshot()
 
     def handler(self, fn_or_cls: Any = None) -> Any:
         """Register a handler (see :meth:`peer_client.Peer.handler`)."""

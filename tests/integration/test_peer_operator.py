@@ -1,0 +1,62 @@
+"""Operator functions (``tidemark peer list | purge``) and ``bench send`` on the real stack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from log.consumer import read_to_end
+from log.settings import Settings
+from peer_client import PeerOptions, UnknownPeerError, WrongEnvironmentError, message
+from peer_client.bench import bench_send
+from peer_client.operator import list_peers, purge_peer
+from peer_client.peer import Peer
+from peer_client.records import peer_codec
+
+pytestmark = pytest.mark.integration
+
+
+@message("otest.Job")
+@dataclass
+class Job:
+    n: int
+
+
+def test_list_and_purge(fresh_settings: Settings) -> None:
+    opts = PeerOptions(heartbeat_ms=500)
+    with Peer("A", "test", fresh_settings, opts) as a, Peer("P", "prod", fresh_settings, opts):
+        b = Peer("B", "test", fresh_settings, opts)
+        b.handler(Job)(lambda msg: None)
+        b.start()
+        b_incarnation = b.incarnation
+        b.stop()
+        a.wait_for_peer("A")
+        for i in range(5):
+            a.send("B", Job(i))
+        rows = {r["peer_id"]: r for r in list_peers(fresh_settings)}
+        assert set(rows) == {"A", "B", "P"}
+        assert rows["A"]["up"] and rows["A"]["endpoint"] == a.endpoint
+        assert rows["A"]["incarnation"] == a.incarnation and rows["A"]["environment"] == "test"
+        assert not rows["B"]["up"] and rows["B"]["incarnation"] == b_incarnation
+        assert rows["B"]["subscriptions"] == ["otest.Job"] and rows["P"]["environment"] == "prod"
+        assert rows["A"]["heartbeat_age_s"] < 10 and rows["A"]["last_heartbeat_ms"] > 0
+        assert [r["peer_id"] for r in list_peers(fresh_settings, "test")] == ["A", "B"]
+
+        out = purge_peer(fresh_settings, "B", "test")
+        assert out["peer_id"] == "B" and out["offset"] >= 5 and out["up"] is False
+        with pytest.raises(UnknownPeerError, match="peer Z is not registered"):
+            purge_peer(fresh_settings, "Z", "test")
+        with pytest.raises(WrongEnvironmentError, match="registered in environment 'prod'"):
+            purge_peer(fresh_settings, "P", "test")
+    codec = peer_codec()
+    names = [codec.decode(m.value()).name for msgs in read_to_end(fresh_settings, "txlog")
+             for m in msgs if m.key() == b"B"]
+    assert names == ["Send"] * 5 + ["Purge"]
+
+
+def test_bench_send_reports_both_sides(fresh_settings: Settings) -> None:
+    out = bench_send(fresh_settings, messages=4000, rounds=1, recipients=10)
+    assert out["raw_msgs_per_s"] > 0 and out["peer_msgs_per_s"] > 0
+    assert out["ratio"] == round(out["peer_msgs_per_s"] / out["raw_msgs_per_s"], 3)
+    assert out["record_bytes"] > out["payload_bytes"]
