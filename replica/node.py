@@ -166,16 +166,24 @@ class Node:
         except (KafkaException, TimeoutError, TidemarkError) as exc:  # retried next period
             log.warning("periodic work failed, will retry: %s", exc)
 
-    def _rejoin_if_new_store(self) -> None:
-        part = self.epoch.partition_of(self.node_id)
-        has_data = bool(self.store.created and part is not None and any(
-            end_offsets(self.settings, "txlog", part.log_partitions).values()))
-        successor = rejoin_epoch(self.epoch, self.node_id, self.store.created, has_data)
-        if successor is None:
-            return
-        log.warning("store of %s is new: rejoining as a joining replica", self.node_id)
-        append_epoch(self.settings, successor)
-        self.epoch = self.config.read_to_end() or self.epoch
+    def _rejoin_if_new_store(self, attempts: int = 5) -> None:
+        """A new store stays new (``Store.created``) until the epoch moving this node to
+        ``joining`` is committed: a failed read or append leaves it new for the next start."""
+        for _ in range(attempts):
+            part = self.epoch.partition_of(self.node_id)
+            has_data = bool(self.store.created and part is not None and any(
+                end_offsets(self.settings, "txlog", part.log_partitions).values()))
+            successor = rejoin_epoch(self.epoch, self.node_id, self.store.created, has_data)
+            if successor is None:  # nothing to rejoin, or the rejoin is already committed
+                if self.store.created:
+                    self.store.mark_complete()
+                return
+            log.warning("store of %s is new: rejoining as a joining replica", self.node_id)
+            append_epoch(self.settings, successor)
+            self.epoch = self.config.read_to_end() or self.epoch  # a competing change may win
+        raise ReplicaError(f"{self.node_id}: the rejoin epoch was not committed after "
+                           f"{attempts} attempts (competing config changes); the store stays "
+                           f"new and the next start retries")
 
     def _consider_promotion(self) -> None:
         part = self.epoch.partition_of(self.node_id)

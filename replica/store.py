@@ -12,6 +12,7 @@ Keys (``tp`` = topic code ``t``/``q`` + 2-byte partition, offsets 8-byte big-end
 ``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
 ``G k`` GC cursor, ``W k ...`` pending Sends, ``E k ...`` Ack index expiries: owned by
 :mod:`replica.release_policy`.
+``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def deadletter_key(topic: str, partition: int, offset: int) -> bytes:
 
 
 _CUT_KEY = b"Xcut"
+_NEW_KEY = b"Xnew"  # present while a new store's rejoin is not committed
 
 
 @dataclass(frozen=True)
@@ -184,14 +186,19 @@ class Store:
         except plyvel.Error as exc:
             raise StoreError(f"cannot open LevelDB store {self.path}: {_short(exc)}") from None
         owner = self.db.get(b"Xnode")
-        self.created = owner is None
-        if owner is None:
-            self.db.put(b"Xnode", node_id.encode())
-            self.db.put(b"Xformat", b"1")
+        if owner is None:  # new: it stays "new" until mark_complete (a committed rejoin)
+            wb = self.db.write_batch(sync=True)
+            wb.put(b"Xnode", node_id.encode())
+            wb.put(b"Xformat", b"1")
+            wb.put(_NEW_KEY, b"1")
+            wb.write()
         elif owner.decode() != node_id:
             self.db.close()
             raise StoreError(f"LevelDB store {self.path} belongs to node {owner.decode()!r},"
                              f" not {node_id!r}")
+        #: True while the store is new: created empty, and its node has not yet committed
+        #: the rejoin that makes it stop counting toward the cut (see :meth:`mark_complete`).
+        self.created = self.db.get(_NEW_KEY) is not None
         self.maps: dict[tuple[str, int], IntervalMap] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.applied_ms: dict[tuple[str, int], int] = {}
@@ -272,6 +279,12 @@ class Store:
         prefix = queue_prefix(partition)
         for key, value in self.db.iterator(prefix=prefix):
             yield key[len(prefix):], value
+
+    def mark_complete(self) -> None:
+        """The store's node no longer needs to rejoin (its rejoin epoch is committed, or none
+        was needed): from now on the store opens as an existing one."""
+        self.db.delete(_NEW_KEY, sync=True)
+        self.created = False
 
     # ---- the node's last cut ------------------------------------------------------------------
     def load_cut(self) -> dict | None:

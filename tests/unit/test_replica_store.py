@@ -191,3 +191,16 @@ def test_release_is_safe_and_leaves_nothing_behind(tmp_path_factory) -> None:  #
         store.close()
     from replica.release_policy import collect
     run()
+
+
+def test_a_new_store_stays_new_until_its_rejoin_is_committed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s", "n1")
+    assert store.created
+    store.close()  # e.g. the config append failed and the node exited
+    store = Store(tmp_path / "s", "n1")
+    assert store.created  # still new: the next start must rejoin
+    store.mark_complete()
+    store.close()
+    store = Store(tmp_path / "s", "n1")
+    assert not store.created
+    store.close()
