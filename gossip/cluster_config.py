@@ -144,10 +144,11 @@ class ConfigLog:
                 continue
             if dec.name == "ClusterConfig":
                 cands.append(Epoch.from_record(dec.record))
-        before = self.current
-        self.current = fold(self.current, cands)
-        if self.current is not before and self.current is not None:
-            self.history.append(self.current)
+        for cand in cands:  # one at a time: every epoch that wins is kept in history
+            before = self.current
+            self.current = fold(self.current, [cand])
+            if self.current is not before and self.current is not None:
+                self.history.append(self.current)
 
     def read_to_end(self, timeout: float = 30.0) -> Epoch | None:
         """Strongly consistent read: consume until the high watermark seen now."""

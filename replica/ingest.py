@@ -121,6 +121,18 @@ class Ingestor:
                 positions[(topic, k)] = pos if pos is not None else OFFSET_BEGINNING
         self.consumer.assign(positions)
 
+    def _cached_low(self, topic: str, k: int) -> int:
+        """The log start librdkafka took from the latest fetch response (no broker call);
+        when it is unknown, :meth:`_low` asks the broker. The log start only rises and the
+        fetch that delivered a record updated it first, so a cached value at or below the
+        position means the skipped offsets were still in the log: holes, not a gap."""
+        lo, _ = self.consumer.raw.get_watermark_offsets(
+            TopicPartition(self.settings.topic(topic), k), cached=True)
+        if lo is None or lo < 0:
+            return self._low(topic, k)
+        self.low[tp_name(topic, k)] = lo
+        return lo
+
     def _low(self, topic: str, k: int) -> int:
         """The partition's log start; if Kafka cannot tell, an offset no gap is below (so
         a jump is kept as a gap: the node stalls rather than claim offsets it lacks)."""
@@ -149,7 +161,7 @@ class Ingestor:
         log start the skipped offsets are a gap; above it they are holes (counted)."""
         if topic != "txlog":
             return expected
-        lo = self._low(topic, k)
+        lo = self._cached_low(topic, k)
         if lo <= expected:
             return expected
         log.warning("txlog/%d: log start %d passed position %d; gap [%d, %d) left for backfill",

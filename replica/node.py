@@ -263,7 +263,7 @@ class Node:
                          tuple(ranges), {tp: o for tp, o in cut.items() if tp in owned}, pins,
                          self.epoch.nodes[self.node_id], dict(self.ust), self.ust_ms,
                          self.backfiller.status,
-                         tuple(json.dumps(e, sort_keys=True) for e in self.store.losses()))
+                         self.store.gossip_losses())
 
     def _publish(self) -> None:
         state = self._own_state()

@@ -33,6 +33,7 @@ class StatusSnapshot:
 def build_status(snap: StatusSnapshot) -> dict[str, Any]:
     """``{epoch, nodes, ust, ust_ms, gc_point, held_back_by, loss_ledger, lag, ...}``."""
     rows, losses = [], {}
+    summaries: dict[str, dict[str, int]] = {}
     for nid, address in sorted(snap.epoch.nodes.items()):
         state = snap.states.get(nid)
         part = snap.epoch.partition_of(nid)
@@ -43,7 +44,12 @@ def build_status(snap: StatusSnapshot) -> dict[str, Any]:
                                 "detached": [list(d) for d in r.detached],
                                 "log_end": r.log_end}
         for raw in state.losses if state else ():
-            losses[raw] = json.loads(raw)
+            entry = json.loads(raw)
+            if entry.get("summary"):  # the ledger is longer than what is gossiped
+                summaries[str(entry.get("node", nid))] = {"entries": entry["entries"],
+                                                          "offsets": entry["offsets"]}
+            else:
+                losses[raw] = entry
         rows.append({"id": nid, "address": address, "up": up, "partitions": partitions,
                      "partition": part.name if part else None,
                      "role": "joining" if part and nid in part.joining else "replica",
@@ -54,6 +60,7 @@ def build_status(snap: StatusSnapshot) -> dict[str, Any]:
             "gc_point": dict(sorted(snap.gc_point.items())),
             "held_back_by": dict(snap.held) if snap.held else None,
             "loss_ledger": sorted(losses.values(), key=lambda e: (e["detected_ms"], e["node"])),
+            "loss_summary": summaries,
             "lag": {tp: max(0, snap.log_end.get(tp, 0) - o) for tp, o in sorted(snap.ust.items())},
             "pins": snap.pins}
 
@@ -75,6 +82,9 @@ def render_text(doc: dict[str, Any]) -> str:
                                       else "nobody"))
     lines.append(f"loss ledger: {len(doc['loss_ledger'])} entr"
                  f"{'y' if len(doc['loss_ledger']) == 1 else 'ies'}")
+    for node, total in sorted(doc.get("loss_summary", {}).items()):
+        lines.append(f"  {node}: {total['entries']} entries, {total['offsets']} offsets in all "
+                     f"(the newest are listed)")
     for e in doc["loss_ledger"]:
         lines.append(f"  {e['topic']}/{e['partition']} [{e['start']}, {e['end']}) "
                      f"spliced by {e['node']} in epoch {e['epoch']}")

@@ -301,6 +301,32 @@ class Store:
         """The loss ledger, oldest first."""
         return [json.loads(v) for _, v in self.db.iterator(prefix=b"L")]
 
+    def gossip_losses(self, limit: int = 32) -> tuple[str, ...]:
+        """The ledger as gossiped in NodeState: the newest ``limit`` entries (JSON, oldest
+        first), then, when older ones are left out, one summary ``{"summary": true, "node",
+        "entries", "offsets"}`` of the whole ledger. Bounded, whatever the ledger's size; the
+        totals are recomputed only when the ledger changed (its last key)."""
+        last = next(self.db.iterator(prefix=b"L", reverse=True, include_value=False), None)
+        cached = getattr(self, "_loss_cache", None)
+        if cached is not None and cached[0] == (last, limit):
+            return cached[1]
+        newest = [v for _, v in zip(range(limit), self.db.iterator(prefix=b"L", reverse=True,
+                                                                   include_key=False),
+                                    strict=False)]
+        out = [json.dumps(json.loads(v), sort_keys=True) for v in reversed(newest)]
+        if len(newest) == limit:
+            count = offsets = 0
+            for v in self.db.iterator(prefix=b"L", include_key=False):
+                entry = json.loads(v)
+                count += 1
+                offsets += int(entry.get("end", 0)) - int(entry.get("start", 0))
+            if count > limit:
+                out.append(json.dumps({"summary": True, "node": self.node_id,
+                                       "entries": count, "offsets": offsets}, sort_keys=True))
+        result = tuple(out)
+        self._loss_cache = ((last, limit), result)
+        return result
+
     def next_loss_key(self) -> bytes:
         """Key for the next ledger entry."""
         last = 0
