@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -127,8 +128,8 @@ def read_to_end(settings: Settings, logical_topic: str, partitions: Iterable[int
             if msgs:
                 yield msgs
             for msg in msgs:
-                part = msg.partition()
-                if part in todo and msg.offset() + 1 >= todo[part]:
+                part, off = msg.partition(), msg.offset()
+                if part in todo and off is not None and off + 1 >= todo[part]:
                     del todo[part]
             if todo and not msgs:
                 for tp in consumer.raw.position([TopicPartition(topic, p) for p in todo]):
