@@ -305,7 +305,11 @@ class Ingestor:
                     self.high[name] = max(hi, self.high.get(name, 0))
                     if lo is not None and lo >= 0:
                         self.low[name] = lo
-                    if (self.store.position(topic, k) or 0) >= hi:
+                    # txlog: the base end (what the cut uses), never the position, which
+                    # may sit past a gap; queues: the position (holes count as consumed).
+                    done = (self.store.map(topic, k).base_end if topic == "txlog"
+                            else self.store.position(topic, k) or 0)
+                    if done >= hi:
                         # Conservative: the cached watermark may be up to one fetch old.
                         self.caught_up_ms[name] = started_ms - 1000
 

@@ -63,6 +63,7 @@ class Node:
         self.last_seen: dict[str, float] = {}
         self.ust: dict[str, int] = {}
         self.ust_ms = 0
+        self.ust_epoch = 0  # the config epoch the cut was computed in: the UST is (epoch, cut)
         self.gc_point: dict[str, int] = {}
         self.pins: dict[str, dict[str, int]] = {}
         self.tracker = HoldTracker()
@@ -100,6 +101,7 @@ class Node:
         doc = self.store.load_cut()
         if doc:
             self.ust, self.gc_point, self.ust_ms = doc["ust"], doc["gc"], doc.get("ust_ms", 0)
+            self.ust_epoch = doc.get("epoch", 0)
         self.metrics = NodeMetrics(self.node_id)
         spec = self.cf.nodes.get(self.node_id)
         self.metrics.serve(spec.metrics_port if spec else 0, host=self.cf.metrics_host)
@@ -298,12 +300,14 @@ class Node:
             holders = cut_holders(owners, views, log_end)
             self.held = self.tracker.update(holders, time.monotonic())
             changed = ust != self.ust or gc != self.gc_point
+            changed = changed or self.ust_epoch != self.epoch.epoch
             self.ust, self.gc_point, self.ust_ms, self.log_end = ust, gc, ust_ms, log_end
+            self.ust_epoch = self.epoch.epoch
         if changed:
             with self.progress:
                 self.progress.notify_all()
         if changed:
-            self.store.save_cut(ust, gc, ust_ms)
+            self.store.save_cut(ust, gc, ust_ms, self.ust_epoch)
         m = self.metrics
         m.epoch.set(self.epoch.epoch)
         for tp, o in ust.items():
@@ -398,6 +402,7 @@ class Node:
         """The ``replica status --json`` document."""
         doc = build_status(self.snapshot())
         doc["deadletter_ledger"] = self.store.dead_letters(limit=100)  # this node's own
+        doc["ust_epoch"] = self.ust_epoch
         return json.dumps(doc).encode()
 
     def snapshot(self) -> StatusSnapshot:

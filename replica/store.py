@@ -288,13 +288,16 @@ class Store:
 
     # ---- the node's last cut ------------------------------------------------------------------
     def load_cut(self) -> dict | None:
-        """The cut and GC point saved by :meth:`save_cut` (``{ust, gc, ust_ms}``), if any."""
+        """The cut and GC point saved by :meth:`save_cut` (``{ust, gc, ust_ms, epoch}``)."""
         raw = self.db.get(_CUT_KEY)
         return json.loads(raw) if raw else None
 
-    def save_cut(self, ust: dict[str, int], gc: dict[str, int], ust_ms: int) -> None:
-        """Persist the node's stable cut and GC point (they only rise across restarts)."""
-        self.db.put(_CUT_KEY, json.dumps({"ust": ust, "gc": gc, "ust_ms": ust_ms}).encode())
+    def save_cut(self, ust: dict[str, int], gc: dict[str, int], ust_ms: int,
+                 epoch: int = 0) -> None:
+        """Persist the node's stable cut (tagged with the config epoch it was computed in)
+        and GC point (they only rise across restarts)."""
+        self.db.put(_CUT_KEY, json.dumps({"ust": ust, "gc": gc, "ust_ms": ust_ms,
+                                          "epoch": epoch}).encode())
 
     # ---- loss ledger -----------------------------------------------------------------------
     def losses(self) -> list[dict]:

@@ -54,6 +54,7 @@ def test_cut_held_back_by_killed_replica_then_recovers(bootstrap: str, tmp_path:
         assert set(node["partitions"]["txlog/0"]) >= {"base", "detached", "log_end"}
         assert all(doc["gc_point"][tp] <= doc["ust"][tp] for tp in doc["ust"])
         assert doc["ust_ms"] > 0
+        assert doc["ust_epoch"] == doc["epoch"] == 1  # the cut is tagged with its epoch
         first_ust_ms = doc["ust_ms"]
 
         _tidemark(stack, "local", "kill", "p0r1")

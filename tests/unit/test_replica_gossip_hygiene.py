@@ -106,3 +106,37 @@ def test_offset_jumps_use_the_cached_log_start(tmp_path: Path) -> None:
     assert ingest._start_after_jump("txlog", 0, 6000, 6001) == 6000
     assert raw.queries == 1
     store.close()
+
+
+class _Marks(_Raw):
+    def __init__(self) -> None:
+        super().__init__(0)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False
+                              ) -> tuple[int, int]:
+        return 0, 200 if tp.topic.endswith("txlog") else 7
+
+
+def test_caught_up_time_is_not_claimed_past_a_gap(tmp_path: Path) -> None:
+    """A replica whose position (200) sits past a gap ([100, 150) missing) is not caught up:
+    its base end (100) is what the cut uses, so ust_ms must not rise from it either."""
+    store = Store(tmp_path / "s", "n1")
+    batch = store.batch()
+    batch.advance("txlog", 0, 0, 100)
+    batch.advance("txlog", 0, 150, 200)
+    batch.advance("queues", 0, 0, 7)
+    batch.commit()
+    assert store.position("txlog", 0) == 200 and store.map("txlog", 0).base_end == 100
+    ingest = Ingestor(OFFLINE, store, "n1")
+    ingest.consumer.close()
+    ingest.consumer = _Consumer(_Marks())  # type: ignore[assignment]
+    ingest.partitions = [0]
+    ingest._refresh_high(5_000)
+    assert "txlog/0" not in ingest.caught_up_ms  # the position is past the gap, not the base
+    assert ingest.caught_up_ms["queues/0"] == 4_000
+    batch = store.batch()
+    batch.advance("txlog", 0, 100, 150)  # backfilled: the base reaches the high watermark
+    batch.commit()
+    ingest._refresh_high(6_000)
+    assert ingest.caught_up_ms["txlog/0"] == 5_000
+    store.close()
