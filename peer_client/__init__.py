@@ -5,12 +5,21 @@ acks, durability levels, flight size, and an in-memory test double (``peer_clien
 from log.settings import Settings, load_settings
 from peer_client.aio import AsyncPeer
 from peer_client.context import MessageContext, Phase
-from peer_client.exceptions import (DuplicatePeerError, DurabilityTimeoutError,
-                                    DurabilityUnavailableError, FlightSizeExceededError,
-                                    HandlerError, MessageTypeError, OversizedMessageError,
-                                    PayloadError, PeerClientError, PeerStateError,
-                                    PeerUnreachableError, UnknownPeerError,
-                                    WrongEnvironmentError)
+from peer_client.exceptions import (
+                                    DuplicatePeerError,
+                                    DurabilityTimeoutError,
+                                    DurabilityUnavailableError,
+                                    FlightSizeExceededError,
+                                    HandlerError,
+                                    MessageTypeError,
+                                    OversizedMessageError,
+                                    PayloadError,
+                                    PeerClientError,
+                                    PeerStateError,
+                                    PeerUnreachableError,
+                                    UnknownPeerError,
+                                    WrongEnvironmentError,
+)
 from peer_client.messages import MessageType, message, message_type_of, register_message
 from peer_client.options import ALL, LOG, QUORUM, PeerOptions
 from peer_client.peer import Peer
@@ -18,7 +27,8 @@ from peer_client.ports import Delivery
 from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
 
 __all__ = [
-    "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "Phase", "MessageType", "message", "message_type_of", "register_message",
+    "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "Phase",
+    "MessageType", "message", "message_type_of", "register_message",
     "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
     "Serializer",
     "PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",

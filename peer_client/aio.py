@@ -31,8 +31,12 @@ async def wait_delivery(handle: Delivery, timeout: float | None = None) -> str:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
 
+    def settle() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
     def done(_: Delivery) -> None:
-        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+        loop.call_soon_threadsafe(settle)
     handle.add_done_callback(done)
     await asyncio.wait_for(fut, timeout)
     return handle.result(0)
@@ -91,6 +95,16 @@ class AsyncPeer:
         """Queue a send (waits only for room in the flight window)."""
         return await self._submit(self.core.send, to, message, durability)
 
+    async def post(self, to: str, message: Any, durability: str = "log") -> str:
+        """Fire and forget (see :meth:`Peer.post`); waits only for room in the flight window."""
+        try:
+            return self.core.post(to, message, durability, 0.0)
+        except FlightSizeExceededError:
+            if self.core.flight.mode == RAISE:
+                raise
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.core.post, to, message, durability, None)
+
     async def publish(self, message: Any, durability: str = "log",
                       timeout: float | None = None) -> str:
         """Publish to every subscriber; returns once ``durability`` holds for all."""
@@ -102,6 +116,5 @@ class AsyncPeer:
         return await self._submit(self.core.publish, message, durability)
 
     async def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every send so far is confirmed."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self.core.flight.wait_empty, timeout)
+        """Wait until every send so far is confirmed (see :meth:`Peer.flush`)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.sync.flush, timeout)

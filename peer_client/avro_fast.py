@@ -5,7 +5,8 @@ to fastavro (``tests/property/test_peer_serializers.py`` checks it)."""
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["varint", "long_bytes", "string_bytes", "bytes_bytes", "compile_object_encoder",
            "SendEncoder"]

@@ -13,23 +13,29 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from log.exceptions import OversizedMessageError
 from log.codec import MARKER
+from log.exceptions import OversizedMessageError
 from peer_client.acks import AckBatcher
 from peer_client.avro_fast import SendEncoder
 from peer_client.context import Phase
 from peer_client.dedup import DedupWindow
 from peer_client.directory import DirectoryCache, PeerEntry, needs_probe
-from peer_client.exceptions import (DuplicatePeerError, PeerStateError, PeerUnreachableError, UnknownPeerError,
-                                    WrongEnvironmentError)
+from peer_client.exceptions import (
+    DuplicatePeerError,
+    PeerStateError,
+    PeerUnreachableError,
+    UnknownPeerError,
+    WrongEnvironmentError,
+)
 from peer_client.flight import FlightControl
 from peer_client.handlers import Handler, HandlerRegistry
 from peer_client.inbox import Inbox, Job
 from peer_client.messages import _BY_CLASS, MessageType, message_type_of
 from peer_client.options import LEVELS, PeerOptions
-from peer_client.outbox import OutItem, Outbox
+from peer_client.outbox import Outbox, OutItem
 from peer_client.ports import Delivery, DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
 from peer_client.records import Envelope, peer_codec
 
@@ -90,6 +96,8 @@ class PeerCore:
         self._warned: set[str] = set()
         self._release = self._release_flight
         self.sent = 0  # sends accepted (a plain counter: the hot path avoids the Counter)
+        self._post_failed = 0
+        self._post_first_error: str | None = None
 
     # ---- phases --------------------------------------------------------------------------
     @property
@@ -253,6 +261,21 @@ class PeerCore:
              timeout: float | None = None) -> Delivery:
         """Point-to-point: queue ``message`` for ``to``; the returned :class:`Delivery`
         completes once it holds at ``durability`` (``log``, ``quorum`` or ``all``)."""
+        out = self._send(to, message, durability, timeout, True)
+        assert isinstance(out, Delivery)
+        return out
+
+    def post(self, to: str, message: Any, durability: str = "log",
+             timeout: float | None = None) -> str:
+        """Fire and forget: like :meth:`send` without a handle; returns the message id at
+        once. Failures are counted and raised by :meth:`check_posted` (``Peer.flush``).
+        No object per message outlives the call, which keeps the garbage collector quiet
+        at high rates."""
+        out = self._send(to, message, durability, timeout, False)
+        return out if isinstance(out, str) else out.message_id
+
+    def _send(self, to: str, message: Any, durability: str, timeout: float | None,
+              track: bool) -> Delivery | str:
         if self.inbox.phase not in RUNNING:
             self._check_running()
         mt = _BY_CLASS.get(type(message)) or message_type_of(message)
@@ -271,19 +294,24 @@ class PeerCore:
                 f"peer {to} is in environment {self.directory.foreign_environment(to)!r},"
                 f" not {self.environment!r}: not sending to it")
         ts = self.clock_ms()
-        handle = Delivery(f"{self._id_prefix}{next(self._seq)}", 1, self._release)
+        mid = f"{self._id_prefix}{next(self._seq)}"
         if (durability == "log" and mt.persistent and not self.outbox.lanes.busy(to)
                 and (entry is None or (entry.persistent and not self._alive(entry, ts)))):
             # the common case without direct delivery: encode and append, nothing queued
-            value = self._send_encoder.encode(handle.message_id, to, mt.name, payload, ts)
+            value = self._send_encoder.encode(mid, to, mt.name, payload, ts)
             if len(value) > self.max_bytes:
                 raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
                                             f" max_message_bytes={self.max_bytes}")
             self.flight.acquire(timeout)
             self.sent += 1
+            if not track:
+                self.outbox.append_now(to, value, self._posted)
+                return mid
+            handle = Delivery(mid, 1, self._release)
             self.outbox.append_now(to, value, handle)
             return handle
-        item = self._item(to, mt, payload, handle.message_id, ts, durability, handle, False)
+        handle = Delivery(mid, 1, self._release)
+        item = self._item(to, mt, payload, mid, ts, durability, handle, False)
         assert item is not None
         self.flight.acquire(timeout)
         self.sent += 1
@@ -292,6 +320,26 @@ class PeerCore:
         else:
             self.outbox.put(to, item)
         return handle
+
+    def _posted(self, err: Any, msg: Any) -> None:
+        """The shared Kafka callback of :meth:`post`."""
+        if err is not None:
+            with self._ack_lock:
+                self._post_failed += 1
+                if self._post_first_error is None:
+                    self._post_first_error = (f"{msg.topic()}[{msg.partition()}]: "
+                                              f"{err.str()}")
+        self.flight.release()
+
+    def check_posted(self) -> None:
+        """Raise :class:`DeliveryError` for posts Kafka refused since the last check."""
+        with self._ack_lock:
+            failed, first = self._post_failed, self._post_first_error
+            self._post_failed, self._post_first_error = 0, None
+        if failed:
+            from log.exceptions import DeliveryError
+            raise DeliveryError(f"{failed} posted send(s) not acknowledged by Kafka;"
+                                f" first: {first}")
 
     def publish(self, message: Any, durability: str = "log",
                 timeout: float | None = None) -> Delivery:
@@ -304,15 +352,15 @@ class PeerCore:
         handle = Delivery(mid, len(targets) or 1, None)
         items = [(to, self._item(to, mt, payload, mid, ts, durability, handle, True))
                  for to in targets]
-        items = [(to, it) for to, it in items if it is not None]
-        handle._remaining = max(1, len(items))
+        ready = [(to, it) for to, it in items if it is not None]
+        handle._remaining = max(1, len(ready))
         self.flight.acquire(timeout)
         handle._on_final = self._release
         self.stats["published"] += 1
-        if not items:
+        if not ready:
             handle.part_done(None)
             return handle
-        for to, it in items:
+        for to, it in ready:
             self.outbox.put(to, it)
         return handle
 

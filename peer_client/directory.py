@@ -14,8 +14,9 @@ Rules (the property tests check them against a dict model):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = ["PeerEntry", "Outcome", "DirectoryCache", "needs_probe", "subscriptions_of"]
 

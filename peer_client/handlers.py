@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import inspect
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from peer_client.exceptions import HandlerError, MessageTypeError
 from peer_client.messages import MessageType, message_type_of

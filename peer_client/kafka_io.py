@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -116,8 +117,10 @@ class DirectoryFollower:
             msgs = self.consumer.consume_batch(5000, 0.2)
             self._apply(msgs)
             for msg in msgs:
-                if msg.partition() in todo and msg.offset() + 1 >= todo[msg.partition()]:
-                    del todo[msg.partition()]
+                part, off = msg.partition(), msg.offset()
+                if part is not None and off is not None and part in todo \
+                        and off + 1 >= todo[part]:
+                    del todo[part]
             if todo and not msgs:  # compacted: offsets have holes, check positions
                 for tp in self.consumer.raw.position([TopicPartition(topic, p) for p in todo]):
                     if tp.offset >= 0 and tp.offset >= todo[tp.partition]:

@@ -7,7 +7,8 @@ direct batch and the txlog appends of one recipient stay in send order).
 from __future__ import annotations
 
 from collections import deque
-from typing import Generic, Hashable, TypeVar
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 __all__ = ["KeyedLanes"]
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from peer_client.exceptions import MessageTypeError
 from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer

@@ -36,10 +36,9 @@ def read_directory(settings: Settings, dead_after_ms: int = 10_000,
             if dec.name != "PeerDescriptor":
                 continue
             env = dec.record["environment"]
-            cache = caches.get(env)
-            if cache is None:
-                cache = caches[env] = DirectoryCache(env, dead_after_ms)
-            cache.apply(key, dec.record)
+            if env not in caches:
+                caches[env] = DirectoryCache(env, dead_after_ms)
+            caches[env].apply(key, dec.record)
     return caches
 
 

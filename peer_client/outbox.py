@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
 from peer_client.lanes import KeyedLanes
@@ -185,10 +186,8 @@ class Outbox:
             if len(marked) <= self.max_bytes:
                 value = marked
         handle = item.handle
-        if item.level == LOG:
-            callback = handle
-        else:
-            callback = self._stable_callback(handle, item.level)
+        callback: Callable[[Any, Any], None] = (
+            handle if item.level == LOG else self._stable_callback(handle, item.level))
         try:
             self.log.append(to, value, callback)
         except Exception as exc:  # noqa: BLE001 - refused before Kafka (size, config)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from log.settings import Settings, load_settings
 from peer_client.context import Phase
@@ -242,6 +243,13 @@ class Peer:
         down or unreachable is logged and replayed to it later: no error."""
         return self.core.send(to, message, durability, timeout).result(timeout)
 
+    def post(self, to: str, message: Any, durability: str = "log",
+             timeout: float | None = None) -> str:
+        """Fire and forget: queue a send and return its message id at once, with no handle
+        (the fastest way to send many messages). :meth:`flush` waits for every one and
+        raises :class:`~log.exceptions.DeliveryError` if Kafka refused any."""
+        return self.core.post(to, message, durability, timeout)
+
     def publish_nowait(self, message: Any, durability: str = "log",
                        timeout: float | None = None) -> Delivery:
         """Queue a publish to every subscriber of the message's type."""
@@ -253,8 +261,11 @@ class Peer:
         return self.core.publish(message, durability, timeout).result(timeout)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every send so far is confirmed; False at the deadline."""
-        return self.core.flight.wait_empty(timeout)
+        """Wait until every send so far is confirmed; False at the deadline. Raises
+        :class:`~log.exceptions.DeliveryError` if Kafka refused a posted send."""
+        done = self.core.flight.wait_empty(timeout)
+        self.core.check_posted()
+        return done
 
     def subscribers(self, message_cls: type) -> list[str]:
         """Peers whose directory entry subscribes to ``message_cls``."""

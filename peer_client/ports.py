@@ -8,7 +8,8 @@ complete synchronously (in memory) or later on another thread (Kafka, gRPC).
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from peer_client.exceptions import DurabilityTimeoutError
 

@@ -8,8 +8,9 @@ the previous versions of ``Send`` and ``PeerDescriptor`` (``schemas/history``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import schemas
 from log.codec import Codec, default_codec

@@ -17,7 +17,8 @@ import io
 import json
 import types
 import typing
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
@@ -97,25 +98,36 @@ def _builder(hint: Any, text: bool = False) -> Callable[[Any], Any] | None:
     if hint in _PRIMITIVES:
         return None
     if origin in (typing.Union, types.UnionType):
-        inner = _builder(next(a for a in args if a is not type(None)), text)
-        return None if inner is None else (lambda v: None if v is None else inner(v))
+        opt = _builder(next(a for a in args if a is not type(None)), text)
+        if opt is None:
+            return None
+        return lambda v: None if v is None else opt(v)
     if origin is list or origin is tuple:
-        inner = _builder(args[0], text)
+        item = _builder(args[0], text)
         if origin is tuple:
-            return (lambda v: tuple(v)) if inner is None else (lambda v: tuple(map(inner, v)))
-        return None if inner is None else (lambda v: [inner(x) for x in v])
+            if item is None:
+                return tuple
+            return lambda v: tuple(item(x) for x in v)
+        if item is None:
+            return None
+        return lambda v: [item(x) for x in v]
     if origin is dict:
-        inner = _builder(args[1], text)
-        return None if inner is None else (lambda v: {k: inner(x) for k, x in v.items()})
-    if dataclasses.is_dataclass(hint):
+        value = _builder(args[1], text)
+        if value is None:
+            return None
+        return lambda v: {k: value(x) for k, x in v.items()}
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _object_builder(hint, text)
     return None
 
 
 def _object_builder(cls: type, text: bool = False) -> Callable[[dict[str, Any]], Any]:
     hints = typing.get_type_hints(cls)
-    convert = {f.name: _builder(hints[f.name], text) for f in dataclasses.fields(cls)}
-    convert = {k: v for k, v in convert.items() if v is not None}
+    convert: dict[str, Callable[[Any], Any]] = {}
+    for f in dataclasses.fields(cls):
+        fn = _builder(hints[f.name], text)
+        if fn is not None:
+            convert[f.name] = fn
     if not convert:
         return lambda d: cls(**d)
 
@@ -145,13 +157,13 @@ class AvroSerializer:
     def __init__(self, cls: type, wire_name: str) -> None:
         self.cls = cls
         self.schema = avro_schema_for(cls, wire_name)
-        self._parsed = parse_schema(self.schema, _write_hint=False)
+        self._parsed: dict[str, Any] = parse_schema(self.schema, _write_hint=False)  # type: ignore[assignment]
         self.fingerprint = schema_fingerprint(self._parsed)
         self._header = MARKER + self.fingerprint
         self._writers: dict[bytes, Any] = {self.fingerprint: self._parsed}
         self._build = _object_builder(cls)
         self._fast = compile_object_encoder(self._parsed, self._header)
-        self.encode = self._encode_fast if self._fast else self._encode_generic  # type: ignore
+        self.encode = self._encode_fast if self._fast else self._encode_generic  # type: ignore[method-assign]
 
     def _encode_fast(self, obj: Any) -> bytes:
         if type(obj) is not self.cls:
@@ -196,13 +208,13 @@ class AvroSerializer:
             raise PayloadError(f"{len(data) - buf.tell()} trailing bytes after the"
                                f" {self.cls.__qualname__} payload")
         try:
-            return self._build(record)
+            return self._build(record)  # type: ignore[arg-type]
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload does not fit {self.cls.__qualname__}: {exc}") from None
 
     def register_writer(self, schema: dict[str, Any]) -> bytes:
         """Accept payloads written with another version of the schema (Avro resolution)."""
-        parsed = parse_schema(dict(schema), _write_hint=False)
+        parsed: dict[str, Any] = parse_schema(dict(schema), _write_hint=False)  # type: ignore[assignment]
         fp = schema_fingerprint(parsed)
         self._writers[fp] = parsed
         return fp

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from gossip.cluster_config import ConfigLog, Epoch
 from gossip.exceptions import DurabilityTimeoutError as ReplicaTimeout
@@ -45,11 +45,8 @@ class ReplicaStability:
         key = (level, partition)
         deadline = time.monotonic() + self.timeout_ms / 1000
         with self._lock:
-            waiters = self._waiters.get(key)
-            start = waiters is None
-            if start:
-                waiters = self._waiters[key] = []
-            waiters.append((offset, deadline, done))
+            start = key not in self._waiters
+            self._waiters.setdefault(key, []).append((offset, deadline, done))
         if start:
             threading.Thread(target=self._watch, args=key, daemon=True,
                              name=f"peer-{level}-{partition}").start()

@@ -24,14 +24,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from log.partitioner import partition_for_peer
 from peer_client.context import Phase
 from peer_client.core import RUNNING, PeerCore
-from peer_client.exceptions import (DurabilityTimeoutError, PeerStateError,
-                                    PeerUnreachableError)
+from peer_client.exceptions import DurabilityTimeoutError, PeerStateError, PeerUnreachableError
 from peer_client.handlers import HandlerRegistry
 from peer_client.messages import message_type_of
 from peer_client.options import PeerOptions
@@ -183,6 +183,13 @@ class TestPeer:
     def send(self, to: str, message: Any, durability: str = "log") -> str:
         """Send and return the message id once ``durability`` holds."""
         return self._result(self.send_nowait(to, message, durability))
+
+    def post(self, to: str, message: Any, durability: str = "log") -> str:
+        """Fire and forget (see :meth:`peer_client.Peer.post`)."""
+        self._check()
+        mid = self.core.post(to, message, durability, timeout=0.0)
+        self.bus._maybe_run()
+        return mid
 
     def publish_nowait(self, message: Any, durability: str = "log") -> Delivery:
         """Queue a publish to every subscriber."""

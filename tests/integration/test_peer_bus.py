@@ -13,8 +13,15 @@ import pytest
 
 from log.consumer import read_to_end
 from log.settings import Settings
-from peer_client import (DuplicatePeerError, MessageContext, OversizedMessageError,
-                         PeerOptions, WrongEnvironmentError, message, message_type_of)
+from peer_client import (
+    DuplicatePeerError,
+    MessageContext,
+    OversizedMessageError,
+    PeerOptions,
+    WrongEnvironmentError,
+    message,
+    message_type_of,
+)
 from peer_client.aio import AsyncPeer
 from peer_client.direct import DirectClient
 from peer_client.peer import Peer

@@ -13,8 +13,7 @@ import pytest
 from test_replica_support import replica_stack, status
 
 from log.partitioner import partition_for_peer
-from peer_client import (DurabilityTimeoutError, FlightSizeExceededError, PeerOptions,
-                         message)
+from peer_client import DurabilityTimeoutError, FlightSizeExceededError, PeerOptions, message
 from peer_client.peer import Peer
 from tests.support import wait_for
 

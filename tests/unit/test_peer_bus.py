@@ -8,9 +8,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from peer_client import (DuplicatePeerError, FlightSizeExceededError, MessageContext,
-                         OversizedMessageError, PayloadError, PeerOptions, PeerStateError,
-                         PeerUnreachableError, WrongEnvironmentError, message)
+from peer_client import (
+    DuplicatePeerError,
+    FlightSizeExceededError,
+    MessageContext,
+    OversizedMessageError,
+    PayloadError,
+    PeerOptions,
+    PeerStateError,
+    PeerUnreachableError,
+    WrongEnvironmentError,
+    message,
+)
 from peer_client.testing import SimulatedCrash, TestBus
 
 
@@ -273,7 +282,8 @@ def test_stopped_peer_refuses_calls_and_bad_arguments_are_clear() -> None:
 
 def test_dead_peer_detection_by_heartbeat() -> None:
     bus = TestBus(options=PeerOptions(heartbeat_ms=1000, dead_after_ms=3000, ack_linger_ms=0))
-    a, b = bus.peer("A"), bus.peer("B")
+    a = bus.peer("A")
+    bus.peer("B")
     bus.advance(2)
     assert a.core.directory.is_alive("B", bus.now_ms())
     bus.crash("B")
