@@ -4,10 +4,13 @@ confluent-kafka consumer reading the same txlog in the same run.
 Phases, on a fresh topic set (deleted afterwards) and a fresh checkpoint:
 
 1. **startup**: start ``tidemark queues run``; time until its first progress record.
-2. **latency**: after a warm-up round at the same rate (JIT, Python workers, caches; not
-   counted), Sends at ``rate``/s for ``seconds``; a consumer on ``queues`` timestamps each
-   QueueEntry as it arrives; p50/p99 of arrival minus send time.
-3. **throughput**: a backlog of ``transactions`` (Sends, half of them acked) written as fast
+2. **backlog** (``backlog`` > 0): that many Sends to one peer that never acks (a peer that is
+   down), written as fast as the producer goes; time until the job's progress covers them.
+   The later phases then run with that backlog in the job's state.
+3. **latency**: after a warm-up round at the same rate (JIT, Python workers, caches; not
+   counted), Sends at ``rate``/s for ``seconds`` to 50 other peers; a consumer on ``queues``
+   timestamps each QueueEntry as it arrives; p50/p99 of arrival minus send time.
+4. **throughput**: a backlog of ``transactions`` (Sends, half of them acked) written as fast
    as the producer goes; the job's rate is transactions / (time until progress covers the
    end offsets, from the first record written). The raw baseline reads the same records with
    a plain consumer; the ratio is job / raw.
@@ -32,15 +35,15 @@ from log.load import generate_load
 from log.offsets import end_offsets
 from log.producer import LogProducer
 from log.settings import Settings
-from log.topics import ensure_topics
-from spark_streaming.depth import wait_for_progress
+from log.topics import delete_topic_set, ensure_topics
 from spark_streaming.queue_state import is_progress_key, split_queue_key
-from log.topics import delete_topic_set
 from spark_streaming.runner import JobProcess
 
-__all__ = ["bench_queues", "print_report"]
+__all__ = ["bench_queues", "print_report", "write_backlog", "BACKLOG_PEER"]
 
 P99_TARGET_S = 3.0
+#: The peer that is down during the backlog phase (no other phase sends to it).
+BACKLOG_PEER = "down-peer"
 
 
 def _say(msg: str) -> None:
@@ -98,13 +101,13 @@ class _EntryWatcher(threading.Thread):
             for msg in self.consumer.consume(10000, 0.1):
                 if msg.error() or msg.value() is None:
                     continue
-                key = msg.key().decode("utf-8", "replace")
+                key = (msg.key() or b"").decode("utf-8", "replace")
                 if not is_progress_key(key):
                     self.arrived.setdefault(split_queue_key(key)[1], time.time())
         self.consumer.close()
 
 
-def _latency_phase(settings: Settings, rate: int, seconds: float,
+def _latency_phase(settings: Settings, job: JobProcess, rate: int, seconds: float,
                    tag: str) -> dict[str, Any]:
     watcher = _EntryWatcher(settings)
     watcher.start()
@@ -130,7 +133,7 @@ def _latency_phase(settings: Settings, rate: int, seconds: float,
             if i % (rate * 5) == 0 and i:
                 _say(f"latency phase: {i}/{total} sends")
     producer.flush()
-    wait_for_progress(settings, 120)
+    job.wait_for_progress(120)
     deadline = time.monotonic() + 10
     while len(watcher.arrived) < len(sent) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -144,6 +147,34 @@ def _latency_phase(settings: Settings, rate: int, seconds: float,
             "p50_s": round(q[49], 3), "p99_s": round(q[98], 3), "max_s": round(lat[-1], 3)}
 
 
+def write_backlog(settings: Settings, count: int, peer: str = BACKLOG_PEER,
+                  payload_bytes: int = 150) -> dict[int, int]:
+    """``count`` Sends to ``peer`` (never acked), as fast as the producer goes; returns
+    txlog's end offsets once Kafka acknowledged them all."""
+    producer = LogProducer(settings)
+    topic, encode = producer.topic("txlog"), producer.codec.encode
+    env, payload, run = settings.environment, os.urandom(payload_bytes), uuid.uuid4().hex[:8]
+    for i in range(count):
+        producer.produce_raw(topic, peer, encode("Send", {
+            "message_id": f"{run}-{i}", "sender": "bench", "recipient": peer,
+            "environment": env, "message_type": "bench.Backlog", "payload": payload,
+            "timestamp_ms": int(time.time() * 1000), "delivery_count": 0}))
+        if i % 10000 == 0:
+            producer.poll(0)
+    producer.flush()
+    return end_offsets(settings, "txlog")
+
+
+def _backlog_phase(settings: Settings, job: JobProcess, count: int) -> dict[str, Any]:
+    t0 = time.monotonic()
+    ends = write_backlog(settings, count)
+    written = time.monotonic() - t0
+    job.wait_for_progress(max(600.0, count / 500), ends)
+    took = time.monotonic() - t0
+    return {"messages": count, "peer": BACKLOG_PEER, "produce_s": round(written, 1),
+            "job_s": round(took, 1), "job_msgs_per_s": round(count / took)}
+
+
 def _raw_read(settings: Settings, start: dict[int, int], end: dict[int, int]) -> float:
     consumer = Consumer(settings.consumer_config())
     consumer.assign([TopicPartition(settings.topic("txlog"), p, o) for p, o in start.items()])
@@ -155,8 +186,9 @@ def _raw_read(settings: Settings, start: dict[int, int], end: dict[int, int]) ->
             if msg.error():
                 continue
             count += 1
-            if msg.partition() in todo and msg.offset() + 1 >= todo[msg.partition()]:
-                del todo[msg.partition()]
+            part, offset = msg.partition() or 0, msg.offset() or 0
+            if part in todo and offset + 1 >= todo[part]:
+                del todo[part]
     elapsed = time.perf_counter() - t0
     consumer.close()
     return count / elapsed
@@ -164,8 +196,9 @@ def _raw_read(settings: Settings, start: dict[int, int], end: dict[int, int]) ->
 
 def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 2000,
                  seconds: float = 20.0, trigger_ms: int = 500,
-                 state_dir: str | None = None) -> dict[str, Any]:
-    """Run the three phases; returns the figures (see the module docstring)."""
+                 state_dir: str | None = None, backlog: int = 0) -> dict[str, Any]:
+    """Run the phases; returns the figures (see the module docstring). ``backlog``: Sends
+    queued for one down peer before the latency phase (0: none)."""
     bench = settings.with_overrides(topic_prefix=f"{settings.topic_prefix}bench-"
                                                  f"{uuid.uuid4().hex[:6]}.")
     ensure_topics(bench)
@@ -177,22 +210,26 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         _say(f"starting the job (topics {bench.topic_prefix}*, log {job.log_file})")
         job.start()
         generate_load(bench, peers=10, messages=100, ack_ratio=0.0)
-        wait_for_progress(bench, 300)
+        job.wait_for_progress(300)
         result["startup_s"] = round(time.monotonic() - job.started_at, 1)
+        if backlog > 0:
+            _say(f"backlog phase: {backlog} Sends to {BACKLOG_PEER}, never acked")
+            result["backlog"] = _backlog_phase(bench, job, backlog)
+            _say(f"backlog materialized in {result['backlog']['job_s']}s")
         warmup = min(seconds, 15.0)
         _say(f"first output after {result['startup_s']}s; warm-up: {rate}/s for {warmup:.0f}s"
              " (not counted)")
-        result["warmup_latency"] = _latency_phase(bench, rate, warmup, "warm")
+        result["warmup_latency"] = _latency_phase(bench, job, rate, warmup, "warm")
         _say(f"latency phase: {rate}/s for {seconds:.0f}s")
-        result["latency"] = _latency_phase(bench, rate, seconds, "lat")
-        result["rss_mb_after_latency"] = _group_rss_mb(job.proc.pid)
+        result["latency"] = _latency_phase(bench, job, rate, seconds, "lat")
+        result["rss_mb_after_latency"] = _group_rss_mb(job.pid)
         _say(f"throughput phase: backlog of {transactions} transactions")
         start = end_offsets(bench, "txlog")
         t0 = time.monotonic()
         load = generate_load(bench, peers=100, messages=int(transactions / 1.5), ack_ratio=0.5)
         produced_s = time.monotonic() - t0
         end = {int(p): o for p, o in load.end_offsets.items()}
-        wait_for_progress(bench, 600, end)
+        job.wait_for_progress(600, end)
         job_s = time.monotonic() - t0
         n = sum(end.values()) - sum(start.values())
         result["throughput"] = {"transactions": n, "produce_s": round(produced_s, 2),
@@ -202,7 +239,7 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         raw = _raw_read(bench, start, end)
         result["throughput"]["raw_consumer_tx_per_s"] = round(raw)
         result["throughput"]["ratio"] = round(n / job_s / raw, 4)
-        result["rss_mb_after_throughput"] = _group_rss_mb(job.proc.pid)
+        result["rss_mb_after_throughput"] = _group_rss_mb(job.pid)
         result["state_store_mb"] = _dir_mb(work / "checkpoint" / "state")
         result["p99_target_s"] = P99_TARGET_S
         result["batch_duration"] = _batch_seconds(work / "checkpoint")
@@ -221,6 +258,11 @@ def print_report(r: dict[str, Any]) -> None:
     """Human-readable lines, each figure beside its baseline or target."""
     lat, thr = r.get("latency", {}), r.get("throughput", {})
     print(f"job startup (to first output)  : {r.get('startup_s')} s")
+    if r.get("backlog"):
+        b = r["backlog"]
+        print(f"backlog for one down peer      : {b['messages']:,} Sends written in"
+              f" {b['produce_s']} s, materialized in {b['job_s']} s"
+              f" ({b['job_msgs_per_s']:,} msgs/s); the phases below run with it in the state")
     print(f"job throughput                 : {thr.get('job_tx_per_s', 0):>10,} tx/s"
           f"  ({thr.get('transactions', 0):,} transactions)")
     print(f"raw consumer, same records     : {thr.get('raw_consumer_tx_per_s', 0):>10,} tx/s")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-
 from log.codec import default_codec
 from log.consumer import LogConsumer, read_to_end
 from log.exceptions import CodecError, LogError

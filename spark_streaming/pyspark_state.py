@@ -31,6 +31,29 @@ __all__ = ["SparkMaps", "GROUP_BYTES"]
 #: Bytes of requests written at once (the JVM state server's input buffer is 8,192 bytes).
 GROUP_BYTES = 8000
 _HEADER = struct.Struct("!ii")  # message version 0, length
+# Field numbers in PySpark 4.0's StateMessage.proto: StateRequest.stateVariableRequest = 3,
+# StateVariableRequest.mapStateCall = 3, MapStateCall.stateName = 1, .getValue = 3,
+# .updateValue = 5, .removeKey = 9; GetValue/RemoveKey.userKey = 1; UpdateValue.value = 2.
+_GET, _UPDATE, _REMOVE = 3, 5, 9
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _map_call(name: str, call: int, inner: bytes) -> bytes:
+    """A serialized StateRequest carrying MapStateCall ``call`` on state ``name``."""
+    return _field(3, _field(3, _field(1, name.encode()) + _field(call, inner)))
 
 
 class SparkMaps:
@@ -51,7 +74,7 @@ class SparkMaps:
             first = next(iter(self.states.values()))
             api = first._mapStateClient._stateful_processor_api_client
             if pyspark.__version__.startswith("4.0.") and hasattr(api, "sockfile") \
-                    and hasattr(api, "_receive_proto_message"):
+                    and hasattr(api, "_receive_proto_message") and _same_bytes(proto):
                 self._api, self._proto, self._protocol = api, proto, pickle_protocol
         except (ImportError, AttributeError, StopIteration):
             pass
@@ -70,10 +93,8 @@ class SparkMaps:
             if self._api is None:
                 state = self.states[name]
                 return [state.getValue(tuple(k)) for k in keys]
-            proto = self._proto
-            requests = [self._request(proto.MapStateCall(
-                stateName=name, getValue=proto.GetValue(userKey=self._dumps(k))))
-                for k in keys]
+            dumps = self._dumps
+            requests = [_map_call(name, _GET, _field(1, dumps(k))) for k in keys]
             return [pickle.loads(value) if value else None
                     for value in self._pipeline(requests, "getting a value")]
         finally:
@@ -89,11 +110,9 @@ class SparkMaps:
                 for key, value in items:
                     state.updateValue(tuple(key), tuple(value))
                 return
-            proto = self._proto
-            self._pipeline([self._request(proto.MapStateCall(
-                stateName=name, updateValue=proto.UpdateValue(
-                    userKey=self._dumps(k), value=self._dumps(v)))) for k, v in items],
-                "updating a value")
+            dumps = self._dumps
+            self._pipeline([_map_call(name, _UPDATE, _field(1, dumps(k)) + _field(2, dumps(v)))
+                            for k, v in items], "updating a value")
         finally:
             self._count(len(items), started)
 
@@ -107,10 +126,9 @@ class SparkMaps:
                 for key in keys:
                     state.removeKey(tuple(key))
                 return
-            proto = self._proto
-            self._pipeline([self._request(proto.MapStateCall(
-                stateName=name, removeKey=proto.RemoveKey(userKey=self._dumps(k))))
-                for k in keys], "removing a key")
+            dumps = self._dumps
+            self._pipeline([_map_call(name, _REMOVE, _field(1, dumps(k))) for k in keys],
+                           "removing a key")
         finally:
             self._count(len(keys), started)
 
@@ -121,9 +139,9 @@ class SparkMaps:
             if self._api is None:
                 return iter(list(self.states[name].iterator()))
             proto, api = self._proto, self._api
-            iterator_id = str(uuid.uuid4())
-            request = self._request(proto.MapStateCall(
-                stateName=name, iterator=proto.Iterator(iteratorId=iterator_id)))
+            request = proto.StateRequest(stateVariableRequest=proto.StateVariableRequest(
+                mapStateCall=proto.MapStateCall(stateName=name, iterator=proto.Iterator(
+                    iteratorId=str(uuid.uuid4()))))).SerializeToString()
             out: list[tuple[Row, Row]] = []
             while True:
                 api.sockfile.write(_HEADER.pack(0, len(request)) + request)
@@ -142,11 +160,6 @@ class SparkMaps:
     def _dumps(self, row: Row) -> bytes:
         # What PySpark sends for a row of plain str/int/bool/bytes values: the pickled tuple.
         return pickle.dumps(tuple(row), self._protocol)
-
-    def _request(self, call: Any) -> bytes:
-        proto = self._proto
-        return proto.StateRequest(stateVariableRequest=proto.StateVariableRequest(
-            mapStateCall=call)).SerializeToString()
 
     def _pipeline(self, requests: list[bytes], what: str) -> list[bytes]:
         """Send ``requests`` in groups of at most :data:`GROUP_BYTES`; each group's answers
@@ -177,3 +190,18 @@ class SparkMaps:
         self.stats["state_s"] += time.perf_counter() - started
         if self._api is None:
             self.stats["round_trips"] += requests
+
+
+def _same_bytes(proto: Any) -> bool:
+    """Whether :func:`_map_call` builds exactly what PySpark's protobuf classes serialize."""
+    key, value = b"k\x00\xff" * 50, b"v" * 200
+
+    def call(**kw: Any) -> bytes:
+        return proto.StateRequest(stateVariableRequest=proto.StateVariableRequest(
+            mapStateCall=proto.MapStateCall(stateName="entries", **kw))).SerializeToString()
+    return (call(getValue=proto.GetValue(userKey=key))
+            == _map_call("entries", _GET, _field(1, key))
+            and call(updateValue=proto.UpdateValue(userKey=key, value=value))
+            == _map_call("entries", _UPDATE, _field(1, key) + _field(2, value))
+            and call(removeKey=proto.RemoveKey(userKey=key))
+            == _map_call("entries", _REMOVE, _field(1, key)))

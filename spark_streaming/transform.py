@@ -39,6 +39,7 @@ from spark_streaming.queue_state import (
     plan_expiry,
     queue_key,
 )
+from spark_streaming.records import RecordReader
 from spark_streaming.state_layout import (
     ENTRIES,
     EXPIRY,
@@ -47,6 +48,8 @@ from spark_streaming.state_layout import (
     StateMaps,
     chunk_of,
     chunk_row,
+    entry_key,
+    entry_key_of,
     entry_of,
     entry_row,
     meta_of,
@@ -77,6 +80,8 @@ def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: 
     mid = record.get("message_id", "")
     if len(peer.encode()) > MAX_ID_BYTES or len(mid.encode()) > MAX_ID_BYTES:
         raise ValueError(f"peer or message id longer than {MAX_ID_BYTES} bytes")
+    if "\x00" in peer:
+        raise ValueError("peer id with a NUL character (queue keys are peer NUL message id)")
     return Event(decoded_name, offset, int(record["timestamp_ms"]), mid,
                  record if decoded_name == SEND else None)
 
@@ -104,14 +109,15 @@ def apply_batch(maps: StateMaps, events: Mapping[str, list[Event]],
                      strict=True))
     wanted = [(p, m) for p in peers
               for m in sorted({e.message_id for e in events[p] if e.kind != PURGE})]
-    found: dict[Row, Entry | None] = dict(zip(wanted, map(entry_of,
-                                                          maps.get_many(ENTRIES, wanted)),
-                                                          strict=True))
+    rows = maps.get_many(ENTRIES, [entry_key(p, m) for p, m in wanted])
+    found: dict[Row, Entry | None] = dict(zip(wanted, map(entry_of, rows), strict=True))
     purged = {p for p in peers if any(e.kind == PURGE for e in events[p])}
     if purged:
         for key, row in maps.scan(ENTRIES):
-            if key[0] in purged and row[0]:
-                found.setdefault((key[0], key[1]), entry_of(row))
+            peer, mid = entry_key_of(key)
+            entry = entry_of(row) if peer in purged else None
+            if entry is not None and entry.queued:
+                found.setdefault((peer, mid), entry)
     by_peer: dict[str, dict[str, Entry | None]] = {p: {} for p in peers}
     for (p, m), entry in found.items():
         by_peer[p][m] = entry
@@ -126,8 +132,9 @@ def apply_batch(maps: StateMaps, events: Mapping[str, list[Event]],
         chunk_w.update(((p, c, s), chunk) for c, s, chunk in plan.chunks)
         new_meta[p] = plan.meta
     _expire(maps, peers, new_meta, found, entry_w, chunk_w)
-    maps.put_many(ENTRIES, [(k, entry_row(e)) for k, e in entry_w.items() if e is not None])
-    maps.remove_many(ENTRIES, [k for k, e in entry_w.items() if e is None])
+    maps.put_many(ENTRIES, [(entry_key(*k), entry_row(e)) for k, e in entry_w.items()
+                            if e is not None])
+    maps.remove_many(ENTRIES, [entry_key(*k) for k, e in entry_w.items() if e is None])
     maps.put_many(EXPIRY, [(k, chunk_row(c)) for k, c in chunk_w.items() if c is not None])
     maps.remove_many(EXPIRY, [k for k, c in chunk_w.items() if c is None])
     # A peer's meta stays even when it holds nothing: its clock must never go back.
@@ -155,12 +162,16 @@ def _expire(maps: StateMaps, peers: list[str], metas: dict[str, PeerMeta],
     ids = {p: expiry_reads(metas[p], of_peer[p]) for p in of_peer}
     known = {**found, **entry_w}
     unknown = [(p, m) for p in ids for m in ids[p] if (p, m) not in known]
-    known.update(zip(unknown, map(entry_of, maps.get_many(ENTRIES, unknown)), strict=True))
+    rows = maps.get_many(ENTRIES, [entry_key(*k) for k in unknown])
+    known.update(zip(unknown, map(entry_of, rows), strict=True))
     for p, mine in of_peer.items():
         plan = plan_expiry(metas[p], mine, {m: known.get((p, m)) for m in ids[p]})
         entry_w.update(((p, m), None) for m in plan.deletes)
         chunk_w.update(((p, c, s), None) for c, s in plan.chunk_deletes)
         metas[p] = plan.meta
+
+
+_READERS: dict[int, RecordReader] = {}
 
 
 def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
@@ -170,6 +181,9 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
     Returns the output rows (:data:`OUTPUT_SCHEMA`).
     """
     codec = codec or default_codec()
+    reader = _READERS.get(id(codec))
+    if reader is None or reader.codec is not codec:
+        reader = _READERS[id(codec)] = RecordReader(codec)
     rows = rows.sort_values(["partition", "offset"], kind="stable")
     out: list[tuple[Any, ...]] = []
     events: dict[str, list[Event]] = {}
@@ -179,7 +193,7 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
         part, off = int(part), int(off)
         peer = _peer_of(key)
         try:
-            decoded = codec.decode(None if value is None else bytes(value))
+            decoded = reader.decode(None if value is None else bytes(value))
             event = _event(peer, decoded.name, decoded.record, off)
         except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
             out.append((DEAD, bytes(key) if key is not None and len(key) else None,

@@ -33,7 +33,15 @@ from spark_streaming.queue_state import (
     queue_key,
     split_queue_key,
 )
-from spark_streaming.state_layout import ENTRIES, EXPIRY, PEER_META, MemoryMaps, entry_of, meta_of
+from spark_streaming.state_layout import (
+    ENTRIES,
+    EXPIRY,
+    PEER_META,
+    MemoryMaps,
+    entry_key_of,
+    entry_of,
+    meta_of,
+)
 from spark_streaming.transform import apply_batch
 
 
@@ -103,7 +111,7 @@ def _batch(maps: MemoryMaps, batch: list[tuple[str, Event]], ttl: Ttl) -> dict:
 
 
 def _entries(maps: MemoryMaps) -> dict[tuple[str, str], Entry]:
-    return {k: entry_of(v) for k, v in maps.data[ENTRIES].items()}
+    return {entry_key_of(k): entry_of(v) for k, v in maps.data[ENTRIES].items()}
 
 
 @settings(max_examples=500, deadline=None)
