@@ -69,7 +69,7 @@ def _bench(args: argparse.Namespace) -> int:
     from spark_streaming.bench import bench_queues, print_report
     result = bench_queues(settings_from_args(args), transactions=args.transactions,
                           rate=args.rate, seconds=args.seconds, trigger_ms=args.trigger,
-                          state_dir=args.state_dir)
+                          state_dir=args.state_dir, backlog=args.backlog)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -118,6 +118,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--rate", type=int, default=2000, help="sends/s in the latency phase")
     b.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
     b.add_argument("--trigger", default=500, type=_duration)
+    b.add_argument("--backlog", type=int, default=0, metavar="N",
+                   help="first queue N messages for one peer that never acks (a down peer),"
+                        " then measure the others' send->queue latency (default 0)")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
 
