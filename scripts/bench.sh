@@ -18,10 +18,16 @@ echo
 echo "== bench produce (target ratio >= 0.8)"
 $T bench produce ${BENCH_ARGS:-}
 echo
+echo "== bench send (Peer.send durability log vs raw producer, target ratio >= 0.8)"
+$T bench send ${BENCH_ARGS:-}
+echo
 echo "== bench ingest (target >= 100k transactions/s per node)"
 $T bench ingest ${BENCH_ARGS:-}
 echo
 echo "== bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)"
 $T bench queues ${BENCH_ARGS:-}
+echo
+echo "== bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)"
+$T bench queues --backlog 1000000 ${BENCH_ARGS:-}
 echo
 echo "== load average after: $(cut -d" " -f1-3 /proc/loadavg)"
