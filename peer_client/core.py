@@ -97,6 +97,9 @@ class PeerCore:
         self._release = self._release_flight
         self.sent = 0  # sends accepted (a plain counter: the hot path avoids the Counter)
         self._post_failed = 0
+        # bound once: a bound method made per call would be one more object per message
+        self._posted_cb = self._posted
+        self._ack_cb = self._ack_delivered
         self._post_first_error: str | None = None
 
     # ---- phases --------------------------------------------------------------------------
@@ -305,7 +308,7 @@ class PeerCore:
             self.flight.acquire(timeout)
             self.sent += 1
             if not track:
-                self.outbox.append_now(to, value, self._posted)
+                self.outbox.append_now(to, value, self._posted_cb)
                 return mid
             handle = Delivery(mid, 1, self._release)
             self.outbox.append_now(to, value, handle)
@@ -438,7 +441,7 @@ class PeerCore:
     def _append_acks(self, batch: Iterable[bytes]) -> None:
         n = 0
         for value in batch:
-            self.log_port.append(self.peer_id, value, self._ack_delivered)
+            self.log_port.append(self.peer_id, value, self._ack_cb)
             n += 1
         self.stats["acks"] += n
 
@@ -468,7 +471,7 @@ class PeerCore:
             "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
             "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
             "timestamp_ms": self.clock_ms()})
-        self.log_port.append(self.peer_id, value, self._ack_delivered)
+        self.log_port.append(self.peer_id, value, self._ack_cb)
 
     def stats_snapshot(self) -> dict[str, int]:
         """Every counter of this peer."""

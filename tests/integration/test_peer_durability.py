@@ -14,6 +14,7 @@ from test_replica_support import replica_stack, status
 
 from log.partitioner import partition_for_peer
 from peer_client import DurabilityTimeoutError, FlightSizeExceededError, PeerOptions, message
+from peer_client.bench import bench_stable
 from peer_client.peer import Peer
 from tests.support import wait_for
 
@@ -73,6 +74,10 @@ def test_quorum_all_timeout_and_flight_size(bootstrap: str, tmp_path: Path) -> N
             t.join(60)
             assert blocked and blocked[0].result(60)
             assert all(x.result(60) for x in handles)
+
+        out = bench_stable(settings, rate=500, seconds=2)
+        assert out["failed"] == 0 and out["messages"] == 1000
+        assert 0 < out["stable_p50_ms"] <= out["stable_p99_ms"]
 
         fail_fast = PeerOptions(durability_timeout_ms=3000, flight_size=100, flight_mode="raise")
         with Peer("A2", "test", settings, fail_fast) as a2:
