@@ -1,30 +1,44 @@
 """The replica service ``tidemark.Replica`` over gRPC, both sides, without protoc.
 
 Methods carry raw bytes: ``Gossip`` takes and returns a NodeState (Avro single-object bytes);
-``Status``, ``Digest``, ``Pin`` and ``Unpin`` take and return JSON; ``Fetch`` returns a
-compact record list (:func:`pack_records`). Replica nodes serve it with :func:`start_server`;
-nodes, the CLI and peers call it through :class:`ReplicaClient`.
+``Status``, ``Digest``, ``Pin``, ``RenewPin`` and ``Unpin`` take and return JSON; ``Fetch``
+returns a compact record list (:func:`pack_records`). ``Replay`` is a bidirectional stream
+(:mod:`gossip.replay`). Replica nodes serve it with :func:`start_server`; nodes, the CLI and
+peers call it through :class:`ReplicaClient` (peers: :meth:`ReplicaClient.replay_any`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import struct
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import grpc
 
 from gossip.cluster_config import Epoch
-from gossip.exceptions import DurabilityTimeoutError, GossipError, NodeUnreachableError
+from gossip.exceptions import (
+    DurabilityTimeoutError,
+    GossipError,
+    NodeUnreachableError,
+    ReplayError,
+    ReplayInterruptedError,
+    ReplicaBusyError,
+)
 from gossip.node_state import NodeState
+from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, ERROR_KEY, ReplayStream
+from log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
            "unpack_records", "gossip_round", "fetch_status", "wait_replicated",
-           "MAX_MESSAGE_BYTES"]
+           "MAX_MESSAGE_BYTES", "StreamHandler", "ReplayStream"]
+
+#: A streaming method: (request messages, context) -> response messages.
+StreamHandler = Callable[[Iterator[bytes], grpc.ServicerContext], Iterable[bytes]]
 
 log = logging.getLogger(__name__)
 SERVICE = "tidemark.Replica"
@@ -66,14 +80,72 @@ class ReplicaClient:
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
 
-    def call(self, address: str, name: str, body: bytes, timeout: float = 2.0) -> bytes:
-        """Call method ``name`` on ``address``; raises ``grpc.RpcError`` on failure."""
+    def _channel(self, address: str) -> grpc.Channel:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
                 channel = self._channels[address] = grpc.insecure_channel(address,
                                                                            options=_OPTIONS)
-        return channel.unary_unary(method_path(name))(body, timeout=timeout)
+            return channel
+
+    def call(self, address: str, name: str, body: bytes, timeout: float = 2.0) -> bytes:
+        """Call method ``name`` on ``address``; raises ``grpc.RpcError`` on failure."""
+        return self._channel(address).unary_unary(method_path(name))(body, timeout=timeout)
+
+    def renew_pin(self, address: str, pin: str, lease_ms: int | None = None) -> dict[str, Any]:
+        """``RenewPin``: ``{renewed, expires_ms}`` (``renewed`` False once it expired)."""
+        body: dict[str, Any] = {"pin": pin}
+        if lease_ms is not None:
+            body["lease_ms"] = lease_ms
+        return dict(self.call_json(address, "RenewPin", body))
+
+    def replay(self, address: str, peer_id: str, environment: str, batch: int = DEFAULT_BATCH,
+               window: int = DEFAULT_WINDOW, *, lease_ms: int | None = None,
+               barrier_timeout_ms: int | None = None, after_offset: int = -1,
+               auto_renew: bool = True, node: str = "") -> ReplayStream:
+        """Open a replay of ``peer_id``'s queue on the replica at ``address``.
+
+        Returns once the replica pinned the GC point at the barrier (the stream's ``barrier``
+        and ``pin``); iterate ``entries()`` (they start once the queues reach the barrier),
+        ``ack(n)`` what was processed, ``close()``. ``after_offset`` skips entries up to that
+        txlog offset (a retry after an interrupted replay). Raises
+        :class:`~gossip.exceptions.NodeUnreachableError` if the replica does not answer and
+        :class:`~gossip.exceptions.ReplayRefusedError` if it refuses (environment, partition).
+        """
+        request: dict[str, Any] = {"peer": peer_id, "environment": environment,
+                                   "batch": batch, "window": window,
+                                   "after_offset": after_offset}
+        if lease_ms is not None:
+            request["lease_ms"] = lease_ms
+        if barrier_timeout_ms is not None:
+            request["barrier_timeout_ms"] = barrier_timeout_ms
+        call = self._channel(address).stream_stream(method_path("Replay"))
+        return ReplayStream(lambda requests: call(requests), address, request,
+                            self.call_json, node=node, auto_renew=auto_renew)
+
+    def replay_any(self, epoch: Epoch, peer_id: str, environment: str,
+                   exclude: Collection[str] = (), **options: Any) -> ReplayStream:
+        """:meth:`replay` on any live replica of ``peer_id``'s partition in ``epoch``
+        (counting replicas first, in random order; then joining ones), skipping the nodes
+        in ``exclude``. If the serving replica dies mid-stream, ``entries()`` raises
+        :class:`~gossip.exceptions.ReplayInterruptedError`: call again with
+        ``exclude={stream.node}`` and ``after_offset=stream.last_offset`` (and dedup)."""
+        tp = f"txlog/{partition_for_peer(peer_id, epoch.log_partitions)}"
+        counting = [n for n in epoch.owners().get(tp, []) if n not in exclude]
+        joining = [n for n in epoch.holders().get(tp, []) if n not in exclude
+                   and n not in counting]
+        random.shuffle(counting)
+        errors: list[str] = []
+        for node in counting + joining:
+            try:
+                return self.replay(epoch.nodes[node], peer_id, environment, node=node,
+                                   **options)
+            except (NodeUnreachableError, ReplayInterruptedError, ReplicaBusyError) as exc:
+                errors.append(f"{node}: {exc}")
+        raise NodeUnreachableError(
+            f"no replica of {tp} could replay {peer_id} in epoch {epoch.epoch}"
+            + (f" (excluded: {', '.join(sorted(exclude))})" if exclude else "")
+            + (": " + "; ".join(errors) if errors else ": no candidate replica"))
 
     def call_json(self, address: str, name: str, body: Mapping[str, Any],
                   timeout: float = 5.0) -> Any:
@@ -88,9 +160,29 @@ class ReplicaClient:
             self._channels.clear()
 
 
+def _wrap_stream(name: str, fn: StreamHandler) -> grpc.RpcMethodHandler:
+    """A stream-stream handler whose :class:`ReplayError` ends the call with the error's
+    status code, its message, and its class name in trailing metadata."""
+    def handle(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        try:
+            yield from fn(requests, context)
+        except ReplayError as exc:
+            log.warning("%s refused or failed: %s", name, exc)
+            context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+            context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
+        except Exception as exc:  # report, never kill the server thread
+            if context.is_active():
+                log.warning("%s failed: %s", name, exc)
+                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+    return grpc.stream_stream_rpc_method_handler(handle)
+
+
 def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
-                 workers: int = 8) -> grpc.Server:
-    """Serve ``handlers`` (method name -> bytes handler) on ``address``."""
+                 workers: int = 8, streams: Mapping[str, StreamHandler] | None = None
+                 ) -> grpc.Server:
+    """Serve ``handlers`` (method name -> bytes handler) and ``streams`` (method name ->
+    bidirectional-stream handler, e.g. ``Replay``) on ``address``. A stream holds one of
+    the ``workers`` threads for as long as it runs."""
     def wrap(fn: Callable[[bytes], bytes]) -> grpc.RpcMethodHandler:
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
             try:
@@ -102,8 +194,9 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
         return grpc.unary_unary_rpc_method_handler(handle)
     server = grpc.server(ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.so_reuseport", 0), *_OPTIONS])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        SERVICE, {name: wrap(fn) for name, fn in handlers.items()}),))
+    methods = {name: wrap(fn) for name, fn in handlers.items()}
+    methods.update({name: _wrap_stream(name, fn) for name, fn in (streams or {}).items()})
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     try:
         port = server.add_insecure_port(address)
     except RuntimeError:

@@ -25,6 +25,7 @@ from log.codec import default_codec
 from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
 from log.settings import Settings
+from replica import queue_index
 from replica.deadletter import DeadLetters
 from replica.fastpath import ACK, PURGE, txlog_scanners
 from replica.store import (
@@ -37,7 +38,6 @@ from replica.store import (
     deadletter_key,
     progress_key,
     purge_prefix,
-    queue_prefix,
     tp_name,
 )
 
@@ -252,10 +252,9 @@ class Ingestor:
 
     def _apply_queue(self, batch: Batch, k: int, key: bytes | None,
                      value: bytes | None) -> str | None:
-        prefix = queue_prefix(k)
         if value is None:
             if key is not None:
-                batch.wb.delete(prefix + key)
+                queue_index.delete_entry(batch, k, key)  # the entry and its index entry
             return None
         try:
             dec = self.codec.decode(value)
@@ -264,7 +263,8 @@ class Ingestor:
         if dec.name == "QueueEntry":
             if key is None:
                 return "queue entry without a key"
-            batch.wb.put(prefix + key, value)
+            rec = dec.record
+            queue_index.put_entry(batch, k, key, value, rec["peer"], rec["txlog_offset"])
         elif dec.name == "QueueProgress":
             batch.wb.put(progress_key(k), value)
         else:

@@ -12,7 +12,6 @@ import logging
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
-from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
+from gossip.gc_point import cluster_gc_point, local_gc_cut
 from gossip.missing import unrecoverable
 from gossip.node_state import NodeState, PartitionRanges
 from gossip.service import ReplicaClient, gossip_round, pack_records, start_server
@@ -31,9 +30,11 @@ from replica.backfill import Backfiller, serve_digest
 from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
 from replica.ingest import TOPICS, Ingestor
+from replica.leases import Leases
 from replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
 from replica.metrics import NodeMetrics
 from replica.release_policy import release
+from replica.replay import ReplayService
 from replica.status import StatusSnapshot, build_status
 from replica.store import Store
 
@@ -65,7 +66,7 @@ class Node:
         self.ust_ms = 0
         self.ust_epoch = 0  # the config epoch the cut was computed in: the UST is (epoch, cut)
         self.gc_point: dict[str, int] = {}
-        self.pins: dict[str, dict[str, int]] = {}
+        self.pins = Leases()  # GC pins as leases, persisted once the store is open
         self.tracker = HoldTracker()
         self.held: dict[str, Any] | None = None
         self.log_end: dict[str, int] = {}
@@ -97,6 +98,7 @@ class Node:
             raise ClusterConfigError(f"node {self.node_id!r} is not in cluster config epoch "
                                      f"{epoch.epoch if epoch else 0} (nodes: {known})")
         self.epoch = epoch
+        self.pins.open(self.store)
         self._rejoin_if_new_store()
         doc = self.store.load_cut()
         if doc:
@@ -109,12 +111,16 @@ class Node:
         self.ingest.on_poison = self.metrics.deadletters.inc
         self.ingest.assign(self._partition().log_partitions)
         self.backfiller = Backfiller(self.store, self.peers)
+        self.replay = ReplayService(self.node_id, self.settings, self.store, self.pins,
+                                    lambda: self.ingest.partitions, lambda: dict(self.gc_point),
+                                    self.progress, self.stopping)
         self._publish()
         self.server = start_server(epoch.nodes[self.node_id], {
             "Gossip": self.rpc_gossip, "Status": self.rpc_status, "Digest": self.rpc_digest,
             "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin,
+            "RenewPin": self.rpc_renew_pin,
             "WaitApplied": self.rpc_wait_applied, "WaitStable": self.rpc_wait_stable},
-            workers=64)
+            workers=64, streams={"Replay": self.replay.handle})
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
         log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
                  epoch.epoch, self._partition().log_partitions, self.metrics.port)
@@ -158,6 +164,7 @@ class Node:
     def tick(self) -> None:
         """Follow the config, publish our state, recompute cut / GC point, repair gaps."""
         try:
+            self.pins.expire()  # leases of peers that stopped renewing
             self._follow_config()
             if self.stopping.is_set():
                 return
@@ -413,7 +420,7 @@ class Node:
                 self.node_id, self.epoch, dict(self.states),
                 {n: now - t for n, t in self.last_seen.items()}, self.cf.down_after_ms / 1000,
                 dict(self.ust), self.ust_ms, dict(self.gc_point), dict(self.log_end),
-                dict(self.held) if self.held else None, len(self.pins))
+                dict(self.held) if self.held else None, self.replay.pin_rows())
 
     def rpc_digest(self, body: bytes) -> bytes:
         """Digest and count of stored records in a range (backfill equality check), bounded
@@ -451,24 +458,26 @@ class Node:
         req = json.loads(body)
         return pack_records(self.store.records(req["partition"], req["start"], req["end"]))
 
-    def pin(self, barrier: dict[str, int]) -> tuple[str, dict[str, int]]:
-        """Hold the GC point at ``barrier`` (raised to the current GC point) until unpinned."""
-        with self.lock:
-            pin_id = uuid.uuid4().hex
-            self.pins[pin_id] = clamp_pin(barrier, self.gc_point)
-            return pin_id, self.pins[pin_id]
-
-    def unpin(self, pin_id: str) -> bool:
-        """Release a pin."""
-        with self.lock:
-            return self.pins.pop(pin_id, None) is not None
-
     def rpc_pin(self, body: bytes) -> bytes:
-        """``{barrier: {tp: offset}}`` -> ``{pin, barrier}``."""
-        pin_id, barrier = self.pin(json.loads(body)["barrier"])
-        return json.dumps({"pin": pin_id, "barrier": barrier}).encode()
+        """``{barrier: {tp: offset}, lease_ms?, owner?}`` -> ``{pin, barrier, lease_ms,
+        expires_ms}``: a lease (:mod:`replica.leases`) holding the GC point at ``barrier``
+        (raised to the current GC point) until unpinned or not renewed for ``lease_ms``."""
+        req = json.loads(body)
+        with self.lock:
+            gc_point = dict(self.gc_point)
+        lease = self.pins.grant(req["barrier"], gc_point, req.get("lease_ms"),
+                                str(req.get("owner", "")))
+        return json.dumps({"pin": lease.pin, "barrier": lease.barrier,
+                           "lease_ms": lease.lease_ms, "expires_ms": lease.expires_ms}).encode()
+
+    def rpc_renew_pin(self, body: bytes) -> bytes:
+        """``{pin, lease_ms?}`` -> ``{renewed, expires_ms}``."""
+        req = json.loads(body)
+        lease = self.pins.renew(req["pin"], req.get("lease_ms"))
+        return json.dumps({"renewed": lease is not None,
+                           "expires_ms": lease.expires_ms if lease else None}).encode()
 
     def rpc_unpin(self, body: bytes) -> bytes:
         """``{pin}`` -> ``{released}``."""
-        return json.dumps({"released": self.unpin(json.loads(body)["pin"])}).encode()
+        return json.dumps({"released": self.pins.release(json.loads(body)["pin"])}).encode()
 

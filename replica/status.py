@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ class StatusSnapshot:
     gc_point: Mapping[str, int]
     log_end: Mapping[str, int]
     held: Mapping[str, Any] | None
-    pins: int
+    pins: Sequence[Mapping[str, Any]]     # GC pin leases (replica.replay.ReplayService.pin_rows)
 
 
 def build_status(snap: StatusSnapshot) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def build_status(snap: StatusSnapshot) -> dict[str, Any]:
             "loss_ledger": sorted(losses.values(), key=lambda e: (e["detected_ms"], e["node"])),
             "loss_summary": summaries,
             "lag": {tp: max(0, snap.log_end.get(tp, 0) - o) for tp, o in sorted(snap.ust.items())},
-            "pins": snap.pins}
+            "pins": [dict(p) for p in snap.pins]}
 
 
 def render_text(doc: dict[str, Any]) -> str:
@@ -80,6 +80,10 @@ def render_text(doc: dict[str, Any]) -> str:
     held = doc["held_back_by"]
     lines.append("held back by: " + (f"{held['node']} for {held['seconds']:.1f}s" if held
                                       else "nobody"))
+    for p in doc.get("pins", []):
+        lines.append(f"pin {p['pin'][:8]} of {p['owner'] or '?'} at {p['barrier']}, expires in "
+                     f"{p['expires_in_s']:.1f}s" + (f", replay {p['replay']['state']}"
+                                                    if p.get("replay") else ""))
     lines.append(f"loss ledger: {len(doc['loss_ledger'])} entr"
                  f"{'y' if len(doc['loss_ledger']) == 1 else 'ies'}")
     for node, total in sorted(doc.get("loss_summary", {}).items()):

@@ -8,7 +8,9 @@ after the batch is written.
 Keys (``tp`` = topic code ``t``/``q`` + 2-byte partition, offsets 8-byte big-endian):
 ``D t k off`` txlog record; ``A k peer\\0msg`` ack offset; ``U k peer\\0 off`` purge;
 ``Q k key`` queue entry (by Kafka key); ``R k`` queue progress; ``M tp`` interval map;
-``P tp`` position and last-applied time; ``L seq`` loss ledger; ``X...`` metadata.
+``P tp`` position and last-applied time; ``L seq`` loss ledger; ``X...`` metadata;
+``I k peer\\0 off`` queue index (txlog order of a peer's queue, value: the queue key);
+``Y pin`` GC pin lease (JSON).
 ``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
 ``G k`` GC cursor, ``W k ...`` pending Sends, ``E k ...`` Ack index expiries: owned by
 :mod:`replica.release_policy`.
@@ -30,7 +32,8 @@ from replica.exceptions import StoreError
 
 __all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name", "data_key", "data_prefix",
            "ack_key", "ack_prefix", "purge_prefix", "queue_prefix", "progress_key",
-           "deadletter_key"]
+           "deadletter_key",
+           "queue_index_prefix", "queue_index_key", "PIN_PREFIX", "pin_key"]
 
 TOPIC_CODES = {"txlog": b"t", "queues": b"q"}
 _CODE_TOPICS = {v: k for k, v in TOPIC_CODES.items()}
@@ -84,6 +87,27 @@ def progress_key(partition: int) -> bytes:
     return b"R" + _H.pack(partition)
 
 
+def queue_index_prefix(partition: int, peer: str | None = None) -> bytes:
+    """Prefix of the queue index of queues partition ``partition`` (of one peer if given);
+    index keys continue with ``peer\\0`` and the entry's 8-byte txlog offset."""
+    prefix = b"I" + _H.pack(partition)
+    return prefix if peer is None else prefix + peer.encode() + b"\0"
+
+
+def queue_index_key(partition: int, peer: str, offset: int) -> bytes:
+    """Queue index key of ``peer``'s entry at txlog ``offset``; the value is the queue key."""
+    return queue_index_prefix(partition, peer) + _Q.pack(offset)
+
+
+#: Prefix of the GC pin leases (``Y`` + pin id; the value is the lease as JSON).
+PIN_PREFIX = b"Y"
+
+
+def pin_key(pin_id: str) -> bytes:
+    """Key of GC pin lease ``pin_id``."""
+    return PIN_PREFIX + pin_id.encode()
+
+
 def deadletter_key(topic: str, partition: int, offset: int) -> bytes:
     """Key of the dead-letter ledger entry of record ``offset`` of (topic, partition)."""
     return b"Z" + _tp(topic, partition) + _Q.pack(offset)
@@ -124,6 +148,9 @@ class Batch:
         self.maps: dict[tuple[str, int], IntervalMap] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.applied_ms: int = 0
+        # queue keys this batch upserted or deleted: (partition, key) -> (peer, txlog offset)
+        # or None (replica.queue_index reads these before the store)
+        self.queue_keys: dict[tuple[int, bytes], tuple[str, int] | None] = {}
 
     def map(self, topic: str, partition: int) -> IntervalMap:
         """A working copy of the map, written with the batch."""
@@ -355,11 +382,12 @@ class Store:
 
     # ---- queues rebuild --------------------------------------------------------------------
     def reset_queues(self, partition: int) -> None:
-        """Forget queues partition ``partition`` (index, progress, map, position) in one batch,
-        so it is rebuilt from a full read of the partition."""
+        """Forget queues partition ``partition`` (entries, queue index, progress, map,
+        position) in one batch, so it is rebuilt from a full read of the partition."""
         wb = self.db.write_batch()
-        for key in self.db.iterator(prefix=queue_prefix(partition), include_value=False):
-            wb.delete(key)
+        for prefix in (queue_prefix(partition), queue_index_prefix(partition)):
+            for key in self.db.iterator(prefix=prefix, include_value=False):
+                wb.delete(key)
         wb.delete(progress_key(partition))
         wb.delete(b"M" + _tp("queues", partition))
         wb.delete(b"P" + _tp("queues", partition))

@@ -131,12 +131,13 @@ def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> No
         wait_for(lambda: (status(stack) or {}).get("gc_point", {}).get("txlog/0")
                  == first["txlog/0"], 60, what="GC point at the ends")
         peers = Peers()
-        pin = peers.call_json(address, "Pin", {"barrier": {"txlog/0": first["txlog/0"]}})
+        pin = peers.call_json(address, "Pin", {"barrier": {"txlog/0": first["txlog/0"]},
+                                               "lease_ms": 600_000})
         generate_load(settings, peers=10, messages=500, ack_ratio=1.0, seed=12)
         second = ends(stack)
         doc = wait_for(lambda: (lambda d: d if d and txlog_ust(d) == second else None)(
             status(stack)), 60, what="cut at the new ends")
-        assert doc["pins"] == 1
+        assert [p["pin"] for p in doc["pins"]] == [pin["pin"]]
         wait_for(lambda: status(stack)["gc_point"]["txlog/1"] == second["txlog/1"], 30,
                  what="unpinned partitions' GC point following the cut")
         for _ in range(3):  # several gossip and GC periods later, still pinned

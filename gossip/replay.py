@@ -1,0 +1,276 @@
+"""The ``Replay`` stream of the replica service: its wire format and the peer's side of it.
+
+``Replay`` is bidirectional. The peer's first message is JSON ``{peer, environment, batch,
+window, lease_ms?, barrier_timeout_ms?, after_offset?}``; after it, ``{"ack": n}`` (n more
+entries processed), ``{"acked_offset": o}`` (every entry up to txlog offset o processed)
+or ``{"renew": true}``; every message renews the replay's pin. The replica answers with
+tagged messages: ``H`` + JSON header (pin, barrier, partition, node: sent once pinned,
+before the queues are awaited), ``E`` + ``>III`` (batch number, unacked when the batch
+started, unacked after this message) + records ``>QI`` (txlog offset, length, QueueEntry
+bytes as stored), and a last ``C`` + JSON (``replay complete up to barrier B``), after
+which the replica keeps the call open until the peer closes its side. Errors
+end the stream with a gRPC status whose trailing metadata ``tidemark-error`` names the
+:mod:`gossip.exceptions` class. :class:`ReplayStream` is the peer's handle on one replay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+import grpc
+
+from gossip.exceptions import (
+    REPLAY_ERRORS,
+    NodeUnreachableError,
+    ReplayError,
+    ReplayInterruptedError,
+)
+
+__all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE",
+           "encode_entries", "decode_entries", "DEFAULT_BATCH", "DEFAULT_WINDOW"]
+
+log = logging.getLogger(__name__)
+
+HEADER, ENTRIES, COMPLETE = b"H", b"E", b"C"
+#: Trailing-metadata key naming the error class of a failed replay.
+ERROR_KEY = "tidemark-error"
+#: Zebus's figures: 2000 entries per batch, the next batch once at most 200 are unacked.
+DEFAULT_BATCH, DEFAULT_WINDOW = 2000, 200
+_META = struct.Struct(">III")
+_REC = struct.Struct(">QI")
+
+CallJson = Callable[[str, str, Mapping[str, Any], float], Any]
+
+
+class ReplayEntry(NamedTuple):
+    """One replayed queue entry: its txlog offset and the QueueEntry bytes as stored."""
+
+    offset: int
+    value: bytes
+
+
+def encode_entries(batch_no: int, unacked_at_start: int, unacked: int,
+                   rows: Iterable[tuple[int, bytes]]) -> bytes:
+    """An ``E`` message."""
+    out = bytearray(ENTRIES)
+    out += _META.pack(batch_no, unacked_at_start, unacked)
+    for off, value in rows:
+        out += _REC.pack(off, len(value))
+        out += value
+    return bytes(out)
+
+
+def decode_entries(msg: bytes) -> tuple[tuple[int, int, int], list[tuple[int, bytes]]]:
+    """``((batch number, unacked at batch start, unacked), [(offset, value)])`` of an
+    ``E`` message."""
+    meta = _META.unpack_from(msg, 1)
+    pos, end = 1 + _META.size, len(msg)
+    rows: list[tuple[int, bytes]] = []
+    unpack, size, append = _REC.unpack_from, _REC.size, rows.append
+    while pos < end:
+        off, n = unpack(msg, pos)
+        pos += size
+        append((off, msg[pos:pos + n]))
+        pos += n
+    return meta, rows
+
+
+class ReplayStream:
+    """A running replay: iterate :meth:`entries`, :meth:`ack` what was processed,
+    :meth:`close` at the end.
+
+    Acks are coalesced (sent every ``window // 2``, and always before waiting for the next
+    message, so a consumer that acked everything never stalls the stream). While the
+    stream is open a keepalive thread renews the pin every third of its lease (a message on
+    the stream); once the stream ended, through ``RenewPin``, until :meth:`close` — so the
+    pin lives exactly as long as this process keeps the stream, and a killed peer's pin
+    expires within its lease. ``close(release=False)`` keeps the pin for a handover that
+    renews it itself.
+    """
+
+    def __init__(self, open_call: Callable[[Iterator[bytes]], Any], address: str,
+                 request: Mapping[str, Any], call_json: CallJson, node: str = "",
+                 auto_renew: bool = True) -> None:
+        self.address, self.node, self.peer = address, node, str(request["peer"])
+        self.window = int(request.get("window", DEFAULT_WINDOW))
+        self._call_json = call_json
+        self._out: queue.Queue[bytes | None] = queue.Queue()
+        self._out.put(json.dumps(dict(request)).encode())
+        self._lock = threading.Lock()
+        self._pending, self._pending_offset = 0, -1
+        self._flush_every = max(1, self.window // 2)
+        self._closed = threading.Event()
+        self._streaming = True
+        self.received = self.acked = 0
+        self.last_offset = int(request.get("after_offset", -1))
+        self.max_unacked = self.max_unacked_at_batch_start = 0
+        self.batches = 0
+        self.complete: dict[str, Any] | None = None
+        self.pin_lost = False
+        self._responses = open_call(self._requests())
+        try:
+            first = next(self._responses)
+        except grpc.RpcError as exc:
+            self._finish()
+            err = self._error(exc)
+            if isinstance(err, ReplayInterruptedError):
+                raise NodeUnreachableError(f"replica {address} unreachable for the replay of"
+                                           f" {self.peer}: {exc.code().name}") from None
+            raise err from None
+        except StopIteration:
+            self._finish()
+            raise ReplayError(f"replica {address} ended the replay of {self.peer} without "
+                              "a header") from None
+        if first[:1] != HEADER:
+            self._finish()
+            raise ReplayError(f"replica {address} answered the replay with {first[:1]!r}")
+        self.header: dict[str, Any] = json.loads(first[1:])
+        self.pin: str = self.header["pin"]
+        self.barrier: int = int(self.header["barrier"])
+        self.partition: int = int(self.header["partition"])
+        self.node = self.header.get("node", node)
+        self.lease_ms: int = int(self.header.get("lease_ms", 30_000))
+        if auto_renew:
+            threading.Thread(target=self._keepalive, name=f"replay-renew-{self.peer}",
+                             daemon=True).start()
+
+    # ---- the request side ------------------------------------------------------------------
+    def _requests(self) -> Iterator[bytes]:
+        while True:
+            item = self._out.get()
+            if item is None:
+                return
+            yield item
+
+    def _send(self, doc: Mapping[str, Any]) -> None:
+        if not self._closed.is_set():
+            self._out.put(json.dumps(dict(doc)).encode())
+
+    def ack(self, n: int = 1) -> None:
+        """``n`` more entries were processed."""
+        with self._lock:
+            self._pending += n
+            self.acked += n
+            due = self._pending >= self._flush_every
+        if due:
+            self.flush()
+
+    def ack_through(self, offset: int) -> None:
+        """Every entry up to txlog ``offset`` was processed."""
+        with self._lock:
+            self._pending_offset = max(self._pending_offset, offset)
+        self.flush()
+
+    def flush(self) -> None:
+        """Send the acks not sent yet."""
+        with self._lock:
+            n, off = self._pending, self._pending_offset
+            self._pending, self._pending_offset = 0, -1
+        doc: dict[str, int] = {}
+        if n:
+            doc["ack"] = n
+        if off >= 0:
+            doc["acked_offset"] = off
+        if doc and self._streaming:
+            self._send(doc)
+
+    def renew(self) -> bool:
+        """Renew the pin now; False if the replica no longer holds it."""
+        if self._streaming and not self._responses.done():
+            self._send({"renew": True})
+            return True
+        reply = self._call_json(self.address, "RenewPin", {"pin": self.pin}, 5.0)
+        if not reply.get("renewed"):
+            self.pin_lost = True
+        return bool(reply.get("renewed"))
+
+    def _keepalive(self) -> None:
+        every = max(0.1, self.lease_ms / 3000)
+        while not self._closed.wait(every):
+            try:
+                if not self.renew():
+                    log.warning("pin %s of %s on %s expired", self.pin, self.peer, self.address)
+                    return
+            except grpc.RpcError as exc:  # the replica is away: try again next period
+                log.debug("renewing pin %s on %s failed: %s", self.pin, self.address,
+                          exc.code())
+
+    # ---- the response side -----------------------------------------------------------------
+    def entries(self) -> Iterator[ReplayEntry]:
+        """The queue's entries in txlog order, up to the barrier. Raises
+        :class:`~gossip.exceptions.QueuesBehindError` if the queues do not reach the barrier
+        in time, :class:`~gossip.exceptions.ReplayInterruptedError` if the replica goes
+        away (retry elsewhere with ``after_offset=stream.last_offset`` and dedup)."""
+        try:
+            while True:
+                self.flush()
+                try:
+                    msg = next(self._responses)
+                except StopIteration:
+                    break
+                tag = msg[:1]
+                if tag == ENTRIES:
+                    (batch_no, at_start, unacked), rows = decode_entries(msg)
+                    self.batches = max(self.batches, batch_no)
+                    self.max_unacked = max(self.max_unacked, unacked)
+                    self.max_unacked_at_batch_start = max(self.max_unacked_at_batch_start,
+                                                          at_start)
+                    for row in rows:
+                        self.received += 1
+                        self.last_offset = row[0]
+                        yield ReplayEntry._make(row)
+                elif tag == COMPLETE:
+                    self.complete = json.loads(msg[1:])
+                    break  # the replica keeps the stream open until we close our side
+            if self.complete is None and not self._closed.is_set():
+                raise ReplayInterruptedError(
+                    f"replica {self.address} ended the replay of {self.peer} before it was "
+                    f"complete (after txlog offset {self.last_offset})", self.address,
+                    self.last_offset)
+        except grpc.RpcError as exc:
+            raise self._error(exc) from None
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._streaming = False
+        self._out.put(None)  # ends the request stream (frees gRPC's sending thread)
+
+    def _error(self, exc: grpc.RpcError) -> ReplayError:
+        trailing = dict(exc.trailing_metadata() or ())  # type: ignore[attr-defined]
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        cls = REPLAY_ERRORS.get(str(trailing.get(ERROR_KEY, "")))
+        if cls is not None:
+            return cls(details)
+        if self._closed.is_set():
+            return ReplayError(f"replay of {self.peer} closed")
+        code = exc.code().name if hasattr(exc, "code") else "?"
+        return ReplayInterruptedError(
+            f"replica {self.node or self.address} stopped the replay of {self.peer} after "
+            f"txlog offset {self.last_offset}: {code} {details}", self.address,
+            self.last_offset)
+
+    def close(self, release: bool = True) -> None:
+        """Stop the stream and the keepalive; ``release`` also drops the pin (else it
+        expires after its lease unless something else renews it)."""
+        self._closed.set()
+        if self._streaming:
+            self._responses.cancel()
+        self._finish()
+        if release and getattr(self, "pin", None):
+            try:
+                self._call_json(self.address, "Unpin", {"pin": self.pin}, 5.0)
+            except grpc.RpcError as exc:
+                log.debug("unpin %s on %s failed: %s", self.pin, self.address, exc.code())
+
+    def __enter__(self) -> "ReplayStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,98 @@
+"""The queue index: each peer's queue in txlog order, kept with the queue entries.
+
+Ingest applies ``queues`` records through :func:`put_entry` (a QueueEntry upsert) and
+:func:`delete_entry` (a tombstone). Both write the entry and its index entry
+(:func:`replica.store.queue_index_key`: partition, peer, txlog offset -> queue key) into the
+same LevelDB write batch, so the index never disagrees with the entries after a crash. A
+tombstone carries no value, so the old entry (from the batch's pending changes, else the
+store) says which index entry to drop. :func:`read_queue` reads one batch of a peer's queue
+in txlog order from a LevelDB snapshot, so a replay never holds the whole queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+
+from log.codec import default_codec
+from log.exceptions import CodecError
+from replica.store import Batch, Store, queue_index_key, queue_index_prefix, queue_prefix
+
+__all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position"]
+
+log = logging.getLogger(__name__)
+_Q = struct.Struct(">Q")
+
+
+def entry_position(value: bytes, decode: Callable = default_codec().decode
+                   ) -> tuple[str, int] | None:
+    """``(peer, txlog offset)`` of stored QueueEntry bytes, or None if they do not decode."""
+    try:
+        rec = decode(value).record
+        return str(rec["peer"]), int(rec["txlog_offset"])
+    except (CodecError, KeyError, TypeError, ValueError):
+        return None
+
+
+def indexed(batch: Batch, partition: int, key: bytes) -> tuple[str, int] | None:
+    """Where the index has queue ``key`` now: ``(peer, txlog offset)``, counting the
+    batch's own pending upserts and deletions; None if the key is not queued."""
+    pending = batch.queue_keys
+    slot = (partition, key)
+    if slot in pending:
+        return pending[slot]
+    old = batch.store.db.get(queue_prefix(partition) + key)
+    if old is None:
+        return None
+    where = entry_position(old)
+    if where is None:
+        log.warning("queues/%d: stored entry %r does not decode; its index entry (if any)"
+                    " is left", partition, key)
+    return where
+
+
+def put_entry(batch: Batch, partition: int, key: bytes, value: bytes, peer: str,
+              offset: int) -> None:
+    """Upsert QueueEntry ``value`` under ``key`` with its index entry, in ``batch``."""
+    old = indexed(batch, partition, key)
+    if old is not None and old != (peer, offset):
+        batch.wb.delete(queue_index_key(partition, *old))
+    batch.wb.put(queue_prefix(partition) + key, value)
+    batch.wb.put(queue_index_key(partition, peer, offset), key)
+    batch.queue_keys[(partition, key)] = (peer, offset)
+
+
+def delete_entry(batch: Batch, partition: int, key: bytes) -> None:
+    """Apply a tombstone: delete the entry under ``key`` and its index entry, in ``batch``."""
+    old = indexed(batch, partition, key)
+    batch.wb.delete(queue_prefix(partition) + key)
+    if old is not None:
+        batch.wb.delete(queue_index_key(partition, *old))
+    batch.queue_keys[(partition, key)] = None
+
+
+def read_queue(store: Store, partition: int, peer: str, after: int, end: int, limit: int
+               ) -> tuple[list[tuple[int, bytes]], int | None]:
+    """Up to ``limit`` entries of ``peer``'s queue with txlog offsets in ``(after, end)``,
+    in txlog order, as ``(offset, QueueEntry bytes)``; plus the last offset read from the
+    index (None when nothing is left). One LevelDB snapshot: index and entries agree."""
+    prefix = queue_index_prefix(partition, peer)
+    rows: list[tuple[int, bytes]] = []
+    last: int | None = None
+    if end <= after + 1 or limit <= 0:
+        return rows, None
+    snap = store.db.snapshot()
+    try:
+        qprefix = queue_prefix(partition)
+        for ikey, qkey in snap.iterator(start=prefix + _Q.pack(after + 1),
+                                        stop=prefix + _Q.pack(end)):
+            last = _Q.unpack(ikey[-8:])[0]
+            value = snap.get(qprefix + qkey)
+            if value is not None:
+                rows.append((last, value))
+                if len(rows) >= limit:
+                    break
+    finally:
+        snap.close()
+    return rows, last

@@ -1,0 +1,340 @@
+"""The ``Replay`` stream on a replica node: barrier, pin, queue in txlog order, ack pacing.
+
+For a peer of this node's partitions the node takes a barrier (the txlog high watermark of
+the peer's partition), pins the GC point there (a lease, :mod:`replica.leases`), tells the
+peer (header), waits until its own copy of the Spark job's QueueProgress for the partition
+reaches the barrier, then streams the peer's queue entries below the barrier from the queue
+index (:mod:`replica.queue_index`) in txlog order: ``batch`` entries at a time, the next
+batch only once at most ``window`` are unacked, so at most ``batch + window`` are ever
+unacked. At most two batches are in memory (the one sent and the next, read ahead). The
+last message says the replay is complete up to the barrier; the stream then stays open
+(renewing the pin with every message of the peer) until the peer closes its side. Wire
+format: :mod:`gossip.replay`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from gossip.exceptions import (
+    PinExpiredError,
+    QueuesBehindError,
+    ReplayError,
+    ReplayRefusedError,
+    ReplicaBusyError,
+)
+from gossip.replay import COMPLETE, DEFAULT_BATCH, DEFAULT_WINDOW, HEADER, encode_entries
+from log.codec import default_codec
+from log.exceptions import CodecError
+from log.offsets import watermarks
+from log.partitioner import partition_for_peer
+from log.settings import Settings
+from replica.leases import Leases
+from replica.queue_index import read_queue
+from replica.store import Store, progress_key
+
+__all__ = ["ReplayService", "ReplayLimits", "Session"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplayLimits:
+    """Server-side defaults and bounds of a replay (the request may ask for others)."""
+
+    barrier_timeout_ms: int = 30_000
+    max_barrier_timeout_ms: int = 600_000
+    max_batch: int = 100_000
+    message_bytes: int = 4 << 20   # entries per gRPC message are cut at this size
+    max_sessions: int = 32         # each holds a server thread (of 64) until the peer closes
+
+
+@dataclass
+class Session:
+    """One running replay: what was sent and acked (guarded by ``cond``)."""
+
+    peer: str
+    pin: str
+    partition: int
+    barrier: int
+    batch: int
+    window: int
+    state: str = "waiting for queues"   # then streaming / waiting for acks / complete
+    sent: int = 0
+    acked: int = 0
+    unacked: deque[int] = field(default_factory=deque)
+    ended: bool = False          # the peer closed its side or went away
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def ack(self, doc: Mapping[str, Any]) -> None:
+        """Apply one ack message from the peer."""
+        with self.cond:
+            n = min(int(doc.get("ack", 0)), len(self.unacked))
+            for _ in range(max(0, n)):
+                self.unacked.popleft()
+            self.acked += max(0, n)
+            through = doc.get("acked_offset")
+            if through is not None:
+                while self.unacked and self.unacked[0] <= int(through):
+                    self.unacked.popleft()
+                    self.acked += 1
+            self.cond.notify_all()
+
+    def end(self) -> None:
+        """The peer's side is gone."""
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+
+    def row(self) -> dict[str, Any]:
+        """Status form."""
+        with self.cond:
+            return {"peer": self.peer, "state": self.state, "partition": self.partition,
+                    "barrier": self.barrier, "sent": self.sent, "acked": self.acked,
+                    "unacked": len(self.unacked), "batch": self.batch, "window": self.window}
+
+
+class ReplayService:
+    """Serves ``Replay`` for one node (see the module docstring)."""
+
+    def __init__(self, node_id: str, settings: Settings, store: Store, leases: Leases,
+                 owned: Callable[[], Sequence[int]], gc_point: Callable[[], Mapping[str, int]],
+                 progress: threading.Condition, stopping: threading.Event,
+                 limits: ReplayLimits = ReplayLimits(),
+                 high_watermark: Callable[[int], int] | None = None) -> None:
+        self.node_id, self.settings, self.store, self.leases = node_id, settings, store, leases
+        self.owned, self.gc_point, self.progress, self.stopping = (owned, gc_point, progress,
+                                                                    stopping)
+        self.limits = limits
+        self.high_watermark = high_watermark or self._high_watermark
+        self.codec = default_codec()
+        self._lock = threading.Lock()
+        self.sessions: dict[str, Session] = {}
+
+    def _high_watermark(self, k: int) -> int:
+        return watermarks(self.settings, "txlog", [k], timeout=10.0)[k][1]
+
+    # ---- status ----------------------------------------------------------------------------
+    def pin_rows(self) -> list[dict[str, Any]]:
+        """The node's pins for ``status --json``, each with its running replay if any."""
+        with self._lock:
+            sessions = dict(self.sessions)
+        rows = self.leases.status()
+        for row in rows:
+            session = sessions.get(row["pin"])
+            if session is not None:
+                row["replay"] = session.row()
+        return rows
+
+    # ---- the request -----------------------------------------------------------------------
+    def _parse(self, raw: bytes | None) -> dict[str, Any]:
+        if raw is None:
+            raise ReplayRefusedError("replay request missing")
+        try:
+            req = json.loads(raw)
+            peer, env = str(req["peer"]), str(req["environment"])
+        except (ValueError, KeyError, TypeError):
+            raise ReplayRefusedError("malformed replay request: JSON with peer and "
+                                     "environment expected") from None
+        if not peer or "\0" in peer:
+            raise ReplayRefusedError(f"bad peer id {peer!r}")
+        if env != self.settings.environment:
+            raise ReplayRefusedError(
+                f"replay of {peer} refused: environment {env!r} is not this cluster's "
+                f"environment {self.settings.environment!r} (node {self.node_id})")
+        k = partition_for_peer(peer, self.settings.partitions)
+        if k not in self.owned():
+            raise ReplayRefusedError(
+                f"{self.node_id} does not own txlog/{k}, the partition of peer {peer}: ask "
+                "a replica of that partition")
+        batch = int(req.get("batch", DEFAULT_BATCH))
+        window = int(req.get("window", DEFAULT_WINDOW))
+        if not 0 < batch <= self.limits.max_batch or window < 0:
+            raise ReplayRefusedError(f"bad batch/window {batch}/{window}: batch must be in "
+                                     f"1..{self.limits.max_batch}, window >= 0")
+        timeout = int(req.get("barrier_timeout_ms") or self.limits.barrier_timeout_ms)
+        return {"peer": peer, "partition": k, "batch": batch, "window": window,
+                "lease_ms": req.get("lease_ms"), "after": int(req.get("after_offset", -1)),
+                "timeout_ms": max(0, min(timeout, self.limits.max_barrier_timeout_ms))}
+
+    def handle(self, requests: Iterator[bytes], context: grpc.ServicerContext
+               ) -> Iterator[bytes]:
+        """The ``Replay`` stream handler."""
+        req = self._parse(next(requests, None))
+        peer, k = req["peer"], req["partition"]
+        with self._lock:
+            if len(self.sessions) >= self.limits.max_sessions:
+                raise ReplicaBusyError(f"{self.node_id} already serves "
+                                       f"{len(self.sessions)} replays: try another replica")
+        try:
+            barrier = self.high_watermark(k)
+        except Exception as exc:  # Kafka unreachable: no barrier, no replay
+            raise ReplayError(f"{self.node_id} cannot take the replay barrier of {peer}: the "
+                              f"txlog/{k} high watermark is unknown ({exc})") from None
+        lease = self.leases.grant({f"txlog/{k}": barrier}, self.gc_point(), req["lease_ms"],
+                                  owner=peer)
+        session = Session(peer, lease.pin, k, barrier, req["batch"], req["window"])
+        with self._lock:
+            self.sessions[lease.pin] = session
+        context.add_callback(session.end)
+        threading.Thread(target=self._read_acks, args=(requests, session),
+                         name=f"replay-acks-{peer}", daemon=True).start()
+        log.info("replay of %s: txlog/%d barrier %d, pin %s", peer, k, barrier, lease.pin)
+        try:
+            yield HEADER + json.dumps({
+                "pin": lease.pin, "barrier": barrier, "partition": k, "node": self.node_id,
+                "peer": peer, "lease_ms": lease.lease_ms, "expires_ms": lease.expires_ms,
+                "batch": session.batch, "window": session.window}).encode()
+            try:
+                if not self._await_barrier(session, req["timeout_ms"]):
+                    return  # the peer went away or the node is stopping: the lease decides
+            except QueuesBehindError:
+                self.leases.release(lease.pin)  # nothing will be replayed under this pin
+                raise
+            yield from self._stream(session, req["after"], context)
+        finally:
+            with self._lock:
+                self.sessions.pop(lease.pin, None)
+
+    def _read_acks(self, requests: Iterator[bytes], session: Session) -> None:
+        """The peer's messages: every one renews the pin; acks pace the stream."""
+        try:
+            for raw in requests:
+                self.leases.renew(session.pin)
+                try:
+                    session.ack(json.loads(raw))
+                except (ValueError, TypeError, AttributeError):
+                    log.warning("replay of %s: unreadable message from the peer ignored",
+                                session.peer)
+        except Exception as exc:  # the call ended under us (cancelled, node stopping)
+            log.debug("replay of %s: request stream ended: %s", session.peer, exc)
+        session.end()
+
+    # ---- the barrier -----------------------------------------------------------------------
+    def queue_progress(self, k: int) -> tuple[int, int] | None:
+        """``(next_offset, timestamp_ms)`` of this node's copy of the partition's
+        QueueProgress, or None if it has none."""
+        raw = self.store.db.get(progress_key(k))
+        if raw is None:
+            return None
+        try:
+            rec = self.codec.decode(raw).record
+            return int(rec["next_offset"]), int(rec["timestamp_ms"])
+        except (CodecError, KeyError, TypeError):
+            return None
+
+    def _await_barrier(self, session: Session, timeout_ms: int) -> bool:
+        """Block until this node's QueueProgress of the partition reaches the barrier (True);
+        False if the peer went away or the node is stopping; raises
+        :class:`QueuesBehindError` at the deadline."""
+        k, barrier = session.partition, session.barrier
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000
+        with self.progress:
+            while True:
+                got = self.queue_progress(k)
+                if (got[0] if got else 0) >= barrier:
+                    return True
+                if session.ended or self.stopping.is_set():
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.progress.wait(min(left, 0.5))
+        raise QueuesBehindError(self._behind(session, got, time.monotonic() - started))
+
+    def _behind(self, session: Session, got: tuple[int, int] | None, waited_s: float) -> str:
+        """The timeout message: how far behind the queues are, in offsets and seconds."""
+        k, barrier, now_ms = session.partition, session.barrier, int(time.time() * 1000)
+        at = got[0] if got else 0
+        text = (f"queues of txlog/{k} are behind the replay barrier of {session.peer}: "
+                f"QueueProgress at offset {at}, barrier {barrier}: {barrier - at} offsets "
+                f"behind")
+        oldest = self._record_ms(k, at, barrier)
+        if oldest is not None:
+            text += f", {max(0, now_ms - oldest) / 1000:.1f} s behind (oldest txlog record " \
+                    f"not in the queues, offset >= {at})"
+        if got is not None:
+            text += f"; last progress written {max(0, now_ms - got[1]) / 1000:.1f} s ago"
+        else:
+            text += "; no QueueProgress for this partition yet (is the queues job running?)"
+        return text + f"; waited {waited_s:.1f} s on {self.node_id}"
+
+    def _record_ms(self, k: int, start: int, end: int) -> int | None:
+        """``timestamp_ms`` of the first stored txlog record in ``[start, end)``."""
+        for _, value in self.store.records(k, start, end):
+            try:
+                return int(self.codec.decode(value).record["timestamp_ms"])
+            except (CodecError, KeyError, TypeError):
+                return None
+        return None
+
+    # ---- the stream ------------------------------------------------------------------------
+    def _stream(self, session: Session, after: int, context: grpc.ServicerContext
+                ) -> Iterator[bytes]:
+        k, peer, barrier = session.partition, session.peer, session.barrier
+        batch_no, started = 0, time.monotonic()
+        rows, last = read_queue(self.store, k, peer, after, barrier, session.batch)
+        while last is not None:
+            after = last
+            with session.cond:
+                while len(session.unacked) > session.window:
+                    session.state = "waiting for acks"
+                    if session.ended or self.stopping.is_set() or not context.is_active():
+                        return
+                    if self.leases.get(session.pin) is None:
+                        raise PinExpiredError(
+                            f"pin {session.pin} of {peer} expired: no message from the peer "
+                            "for a whole lease")
+                    session.cond.wait(0.5)
+                session.state = "streaming"
+                at_start = len(session.unacked)
+            if rows:
+                batch_no += 1
+                for chunk in self._chunks(rows):
+                    with session.cond:
+                        session.unacked.extend(off for off, _ in chunk)
+                        session.sent += len(chunk)
+                        unacked = len(session.unacked)
+                    yield encode_entries(batch_no, at_start, unacked, chunk)
+            # the next batch is read while the peer works on this one (two batches in memory)
+            rows, last = read_queue(self.store, k, peer, after, barrier, session.batch)
+        with session.cond:
+            session.state = "complete"
+            sent = session.sent
+        elapsed = time.monotonic() - started
+        log.info("replay of %s complete up to barrier %d: %d entries in %.2f s", peer,
+                 barrier, sent, elapsed)
+        yield COMPLETE + json.dumps({
+            "text": f"replay complete up to barrier {barrier}", "barrier": barrier,
+            "partition": k, "pin": session.pin, "sent": sent, "batches": batch_no,
+            "elapsed_ms": int(elapsed * 1000)}).encode()
+        # The stream stays open until the peer closes its side: its messages keep renewing
+        # the pin (e.g. during its handover); the pin's lease ends it otherwise.
+        with session.cond:
+            while not session.ended and not self.stopping.is_set() and context.is_active():
+                if self.leases.get(session.pin) is None:
+                    return
+                session.cond.wait(1.0)
+
+    def _chunks(self, rows: list[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
+        """``rows`` cut into gRPC messages of at most ``limits.message_bytes``."""
+        chunk: list[tuple[int, bytes]] = []
+        size = 0
+        for row in rows:
+            if chunk and size + len(row[1]) + 12 > self.limits.message_bytes:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(row)
+            size += len(row[1]) + 12
+        if chunk:
+            yield chunk

@@ -1,0 +1,215 @@
+"""The Replay stream end to end in one process: a real LevelDB store and queue index, the
+real gRPC server and client, no Kafka (the barrier comes from a stub high watermark)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gossip.exceptions import QueuesBehindError, ReplayInterruptedError, ReplayRefusedError
+from gossip.service import ReplicaClient, start_server
+from log.codec import default_codec
+from log.partitioner import partition_for_peer
+from log.settings import Settings
+from replica.leases import Leases
+from replica.queue_index import delete_entry, put_entry
+from replica.replay import ReplayService
+from replica.store import Store, progress_key
+from tests.support import wait_for
+from tidemark.stack.processes import free_ports
+
+CODEC = default_codec()
+SETTINGS = Settings(partitions=4, environment="test")
+PEER = "bob"
+K = partition_for_peer(PEER, 4)
+
+
+class Replica:
+    """A store, its leases and the replay service behind a gRPC server."""
+
+    def __init__(self, folder: Path, barrier: int) -> None:
+        self.store = Store(folder, "n1")
+        self.leases = Leases()
+        self.leases.open(self.store)
+        self.progress = threading.Condition()
+        self.stopping = threading.Event()
+        self.barrier = barrier
+        self.service = ReplayService("n1", SETTINGS, self.store, self.leases,
+                                     lambda: [0, 1, 2, 3], dict, self.progress,
+                                     self.stopping, high_watermark=lambda k: self.barrier)
+        self.address = f"127.0.0.1:{free_ports(1)[0]}"
+        self.server = self.serve()
+
+    def serve(self) -> grpc.Server:
+        def unpin(body: bytes) -> bytes:
+            return json.dumps({"released": self.leases.release(json.loads(body)["pin"])}
+                              ).encode()
+
+        def renew(body: bytes) -> bytes:
+            return json.dumps({"renewed": self.leases.renew(json.loads(body)["pin"])
+                               is not None}).encode()
+        return start_server(self.address, {"Unpin": unpin, "RenewPin": renew},
+                            streams={"Replay": self.service.handle})
+
+    def put(self, peer: str, mid: str, offset: int) -> None:
+        batch = self.store.batch()
+        put_entry(batch, partition_for_peer(peer, 4), f"{peer}\0{mid}".encode(),
+                  CODEC.encode("QueueEntry", {
+                      "peer": peer, "message_id": mid, "sender": "al", "message_type": "t",
+                      "payload": mid.encode(), "timestamp_ms": 1, "txlog_partition": K,
+                      "txlog_offset": offset, "delivery_count": 0}), peer, offset)
+        batch.commit()
+
+    def drop(self, peer: str, mid: str) -> None:
+        batch = self.store.batch()
+        delete_entry(batch, partition_for_peer(peer, 4), f"{peer}\0{mid}".encode())
+        batch.commit()
+
+    def set_progress(self, next_offset: int) -> None:
+        self.store.db.put(progress_key(K), CODEC.encode("QueueProgress", {
+            "txlog_partition": K, "next_offset": next_offset, "batch_id": 1,
+            "timestamp_ms": 1}))
+        with self.progress:
+            self.progress.notify_all()
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.server.stop(0)
+        self.store.close()
+
+
+@pytest.fixture
+def replica(tmp_path: Path) -> Iterator[Replica]:
+    r = Replica(tmp_path / "s", barrier=10_000)
+    yield r
+    r.close()
+
+
+def test_streams_exactly_the_queue_in_txlog_order_with_flow_control(replica: Replica) -> None:
+    offsets = list(range(0, 9_000, 3))  # 3000 entries, written in scrambled key order
+    for i, off in sorted(enumerate(offsets), key=lambda t: (t[0] * 7919) % 3000):
+        replica.put(PEER, f"m{i}", off)
+    replica.drop(PEER, "m5")
+    replica.put(PEER, "late", 10_000)          # at the barrier: not replayed
+    replica.put("zed" if partition_for_peer("zed", 4) == K else "ann", "other", 4)
+    replica.set_progress(10_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", batch=500, window=50)
+    assert stream.barrier == 10_000 and stream.partition == K
+    got = []
+    for e in stream.entries():
+        got.append(e.offset)
+        assert CODEC.decode(e.value).record["txlog_offset"] == e.offset
+        assert stream.received - stream.acked <= 500 + 50
+        stream.ack()
+    assert got == [o for i, o in enumerate(offsets) if i != 5]
+    assert stream.complete and stream.complete["barrier"] == 10_000
+    assert stream.complete["text"] == "replay complete up to barrier 10000"
+    assert stream.max_unacked_at_batch_start <= 50 and stream.max_unacked <= 550
+    assert stream.batches == 6
+    assert [p["barrier"] for p in replica.leases.status()] == [{f"txlog/{K}": 10_000}]
+    stream.close()
+    assert len(replica.leases) == 0  # released at close
+    client.close()
+
+
+def test_server_waits_for_acks_between_batches(replica: Replica) -> None:
+    for i in range(30):
+        replica.put(PEER, f"m{i}", i)
+    replica.set_progress(10_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", batch=10, window=3)
+    it = stream.entries()
+    first = [next(it).offset for _ in range(10)]
+    assert first == list(range(10))
+    session = next(iter(replica.service.sessions.values()))
+    wait_for(lambda: session.row()["state"] == "waiting for acks", 10, 0.02,
+             what="server waiting for acks")
+    stream.ack(6)
+    stream.flush()
+    wait_for(lambda: session.row()["acked"] == 6, 10, 0.02, what="acks seen")
+    row = session.row()
+    assert row["sent"] == 10 and row["unacked"] == 4 and row["state"] == "waiting for acks"
+    stream.ack(1)  # 3 unacked: the next batch may go
+    rest = []
+    for e in it:
+        rest.append(e.offset)
+        stream.ack()
+    assert rest == list(range(10, 30))
+    stream.close()
+    client.close()
+
+
+def test_barrier_wait_then_timeout_message(replica: Replica) -> None:
+    replica.put(PEER, "m0", 5)
+    replica.set_progress(9_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", barrier_timeout_ms=20_000)
+    session = next(iter(replica.service.sessions.values()))
+    assert session.row()["state"] == "waiting for queues"
+    replica.set_progress(10_000)  # the queues job catches up while the replica waits
+    assert [e.offset for e in stream.entries()] == [5]
+    stream.close()
+
+    replica.set_progress(9_400)
+    stream = client.replay(replica.address, PEER, "test", barrier_timeout_ms=300)
+    with pytest.raises(QueuesBehindError) as err:
+        list(stream.entries())
+    text = str(err.value)
+    assert "QueueProgress at offset 9400, barrier 10000: 600 offsets behind" in text
+    assert "s ago" in text and "waited 0." in text
+    assert len(replica.leases) == 0  # the failed replay's pin is released
+    stream.close()
+    client.close()
+
+
+def test_refusals(replica: Replica) -> None:
+    client = ReplicaClient()
+    with pytest.raises(ReplayRefusedError, match="environment 'prod' is not this cluster's "
+                                                 "environment 'test'"):
+        client.replay(replica.address, PEER, "prod")
+    with pytest.raises(ReplayRefusedError, match="bad batch"):
+        client.replay(replica.address, PEER, "test", batch=0)
+    assert len(replica.leases) == 0
+    client.close()
+
+
+def test_interrupted_replay_resumes_after_last_offset(tmp_path: Path) -> None:
+    replica = Replica(tmp_path / "s", barrier=1_000)
+    for i in range(100):
+        replica.put(PEER, f"m{i}", i)
+    replica.set_progress(1_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", batch=20, window=0)
+    seen = []
+    with pytest.raises(ReplayInterruptedError) as err:
+        for e in stream.entries():
+            seen.append(e.offset)
+            stream.ack()
+            if len(seen) == 30:
+                replica.server.stop(0)
+    assert err.value.last_offset == seen[-1] and 30 <= len(seen) < 100
+    pin = stream.pin
+    stream.close(release=False)
+    replica.server = replica.serve()
+    again = ReplicaClient()
+    resumed = again.replay(replica.address, PEER, "test", after_offset=seen[-1])
+    assert [e.offset for e in resumed.entries()] == list(range(seen[-1] + 1, 100))
+    assert pin in {p["pin"] for p in replica.leases.status()}  # held until its lease ends
+    resumed.close(release=False)
+    again.close()
+    client.close()
+    replica.close()
+
+
+def test_unknown_method_stays_unary_compatible(replica: Replica) -> None:
+    client = ReplicaClient()
+    assert client.call_json(replica.address, "Unpin", {"pin": "x"}) == {"released": False}
+    with pytest.raises(grpc.RpcError):
+        client.call(replica.address, "Nope", b"")
+    client.close()
