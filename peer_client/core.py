@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from log.codec import MARKER
-from log.exceptions import OversizedMessageError
 from peer_client.acks import AckBatcher
 from peer_client.avro_fast import SendEncoder
 from peer_client.context import Phase
@@ -26,25 +25,22 @@ from peer_client.directory import DirectoryCache, PeerEntry, needs_probe
 from peer_client.exceptions import (
     DuplicatePeerError,
     PeerStateError,
-    PeerUnreachableError,
     UnknownPeerError,
-    WrongEnvironmentError,
 )
 from peer_client.flight import FlightControl
 from peer_client.handlers import Handler, HandlerRegistry
 from peer_client.inbox import Inbox, Job
-from peer_client.messages import _BY_CLASS, MessageType, message_type_of
-from peer_client.options import LEVELS, PeerOptions
-from peer_client.outbox import Outbox, OutItem
-from peer_client.ports import Delivery, DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
+from peer_client.messages import message_type_of
+from peer_client.options import PeerOptions
+from peer_client.outbox import Outbox
+from peer_client.ports import DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
 from peer_client.records import Envelope, peer_codec
+from peer_client.sending import RUNNING, Sending
 
 __all__ = ["PeerCore", "RUNNING", "now_ms"]
 
 log = logging.getLogger("peer_client")
 
-#: Phases in which the peer accepts messages.
-RUNNING = (Phase.STARTING, Phase.REPLAY, Phase.HANDOVER, Phase.NORMAL)
 
 
 def now_ms() -> int:
@@ -52,7 +48,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PeerCore:
+class PeerCore(Sending):
     """One peer's state and decisions; I/O goes through the ports given to it."""
 
     def __init__(self, peer_id: str, environment: str, options: PeerOptions, *,
@@ -219,153 +215,6 @@ class PeerCore:
         return (entry is not None and bool(entry.endpoint)
                 and entry.alive(now, self.options.dead_after_ms)
                 and self.outbox.reachable(entry.peer_id))
-
-    # ---- sending -------------------------------------------------------------------------
-    def _release_flight(self, _: Delivery) -> None:
-        self.flight.release()
-
-    def _prepare(self, message: Any, durability: str) -> tuple[MessageType, bytes]:
-        if self.inbox.phase not in RUNNING:
-            self._check_running()
-        if durability not in LEVELS:
-            raise ValueError(f"durability must be one of {', '.join(LEVELS)}, got {durability!r}")
-        mt = message_type_of(message)
-        payload = mt.serializer.encode(message)
-        if len(payload) > self.max_bytes:
-            raise OversizedMessageError(f"{mt.name} payload of {len(payload)} bytes exceeds"
-                                        f" max_message_bytes={self.max_bytes}")
-        return mt, payload
-
-    def _item(self, to: str, mt: MessageType, payload: bytes, mid: str, ts: int, level: str,
-              handle: Delivery, publish: bool) -> OutItem | None:
-        entry = self.directory.get(to)
-        alive = self._alive(entry, ts)
-        logged = mt.persistent and (entry is None or entry.persistent)
-        if not logged and not alive:
-            if publish:
-                return None
-            raise PeerUnreachableError(
-                f"peer {to} is {'not registered' if entry is None else 'down'}: a"
-                f" {'transient' if not mt.persistent else 'non-persistent peer'}"
-                f" message can only be delivered directly")
-        value = None
-        if logged:
-            value = self._send_encoder.encode(mid, to, mt.name, payload, ts)
-            if len(value) > self.max_bytes:
-                raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
-                                            f" max_message_bytes={self.max_bytes}")
-        direct = None
-        if alive:
-            direct = {"message_id": mid, "message_type": mt.name, "payload": payload,
-                      "timestamp_ms": ts, "persistent": logged}
-        return OutItem(value, direct, handle, level, publish and not logged)
-
-    def send(self, to: str, message: Any, durability: str = "log",
-             timeout: float | None = None) -> Delivery:
-        """Point-to-point: queue ``message`` for ``to``; the returned :class:`Delivery`
-        completes once it holds at ``durability`` (``log``, ``quorum`` or ``all``)."""
-        out = self._send(to, message, durability, timeout, True)
-        assert isinstance(out, Delivery)
-        return out
-
-    def post(self, to: str, message: Any, durability: str = "log",
-             timeout: float | None = None) -> str:
-        """Fire and forget: like :meth:`send` without a handle; returns the message id at
-        once. Failures are counted and raised by :meth:`check_posted` (``Peer.flush``).
-        No object per message outlives the call, which keeps the garbage collector quiet
-        at high rates."""
-        out = self._send(to, message, durability, timeout, False)
-        return out if isinstance(out, str) else out.message_id
-
-    def _send(self, to: str, message: Any, durability: str, timeout: float | None,
-              track: bool) -> Delivery | str:
-        if self.inbox.phase not in RUNNING:
-            self._check_running()
-        mt = _BY_CLASS.get(type(message)) or message_type_of(message)
-        if durability not in LEVELS:
-            raise ValueError(f"durability must be one of {', '.join(LEVELS)},"
-                             f" got {durability!r}")
-        payload = mt.serializer.encode(message)
-        if len(payload) > self.max_bytes:
-            raise OversizedMessageError(f"{mt.name} payload of {len(payload)} bytes exceeds"
-                                        f" max_message_bytes={self.max_bytes}")
-        if type(to) is not str or not to:
-            raise ValueError(f"recipient must be a peer id, got {to!r}")
-        entry = self.directory.get(to)
-        if entry is None and self.directory.foreign_environment(to) is not None:
-            raise WrongEnvironmentError(
-                f"peer {to} is in environment {self.directory.foreign_environment(to)!r},"
-                f" not {self.environment!r}: not sending to it")
-        ts = self.clock_ms()
-        mid = f"{self._id_prefix}{next(self._seq)}"
-        if (durability == "log" and mt.persistent and not self.outbox.lanes.busy(to)
-                and (entry is None or (entry.persistent and not self._alive(entry, ts)))):
-            # the common case without direct delivery: encode and append, nothing queued
-            value = self._send_encoder.encode(mid, to, mt.name, payload, ts)
-            if len(value) > self.max_bytes:
-                raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
-                                            f" max_message_bytes={self.max_bytes}")
-            self.flight.acquire(timeout)
-            self.sent += 1
-            if not track:
-                self.outbox.append_now(to, value, self._posted_cb)
-                return mid
-            handle = Delivery(mid, 1, self._release)
-            self.outbox.append_now(to, value, handle)
-            return handle
-        handle = Delivery(mid, 1, self._release)
-        item = self._item(to, mt, payload, mid, ts, durability, handle, False)
-        assert item is not None
-        self.flight.acquire(timeout)
-        self.sent += 1
-        if item.direct is None:
-            self.outbox.put_logged(to, item)
-        else:
-            self.outbox.put(to, item)
-        return handle
-
-    def _posted(self, err: Any, msg: Any) -> None:
-        """The shared Kafka callback of :meth:`post`."""
-        if err is not None:
-            with self._ack_lock:
-                self._post_failed += 1
-                if self._post_first_error is None:
-                    self._post_first_error = (f"{msg.topic()}[{msg.partition()}]: "
-                                              f"{err.str()}")
-        self.flight.release()
-
-    def check_posted(self) -> None:
-        """Raise :class:`DeliveryError` for posts Kafka refused since the last check."""
-        with self._ack_lock:
-            failed, first = self._post_failed, self._post_first_error
-            self._post_failed, self._post_first_error = 0, None
-        if failed:
-            from log.exceptions import DeliveryError
-            raise DeliveryError(f"{failed} posted send(s) not acknowledged by Kafka;"
-                                f" first: {first}")
-
-    def publish(self, message: Any, durability: str = "log",
-                timeout: float | None = None) -> Delivery:
-        """Send ``message`` to every peer whose directory entry subscribes to its type."""
-        mt, payload = self._prepare(message, durability)
-        ts = self.clock_ms()
-        mid = f"{self._id_prefix}{next(self._seq)}"
-        with self.dir_lock:
-            targets = [e.peer_id for e in self.directory.subscribers(mt.name)]
-        handle = Delivery(mid, len(targets) or 1, None)
-        items = [(to, self._item(to, mt, payload, mid, ts, durability, handle, True))
-                 for to in targets]
-        ready = [(to, it) for to, it in items if it is not None]
-        handle._remaining = max(1, len(ready))
-        self.flight.acquire(timeout)
-        handle._on_final = self._release
-        self.stats["published"] += 1
-        if not ready:
-            handle.part_done(None)
-            return handle
-        for to, it in ready:
-            self.outbox.put(to, it)
-        return handle
 
     def subscribers(self, message_cls: type) -> list[str]:
         """Peers the directory says subscribe to ``message_cls``."""

@@ -30,13 +30,12 @@ from typing import Any
 
 from log.partitioner import partition_for_peer
 from peer_client.context import Phase
-from peer_client.core import RUNNING, PeerCore
-from peer_client.exceptions import DurabilityTimeoutError, PeerStateError, PeerUnreachableError
-from peer_client.handlers import HandlerRegistry
+from peer_client.core import RUNNING
+from peer_client.exceptions import PeerUnreachableError
 from peer_client.messages import message_type_of
 from peer_client.options import PeerOptions
-from peer_client.ports import Delivery
 from peer_client.records import Envelope, peer_codec
+from peer_client.testing_peer import TestPeer, _Msg
 
 __all__ = ["TestBus", "TestPeer", "SimulatedCrash", "LoggedRecord"]
 
@@ -55,171 +54,6 @@ class LoggedRecord:
     key: str
     name: str
     record: dict[str, Any]
-
-
-class _Msg:
-    __slots__ = ("_topic", "_partition", "_offset")
-
-    def __init__(self, topic: str, partition: int, offset: int) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-
-class _Ports:
-    """The in-memory ports of one peer incarnation."""
-
-    def __init__(self, bus: "TestBus", peer: "TestPeer") -> None:
-        self.bus, self.peer = bus, peer
-
-    # LogPort
-    def append(self, key: str, value: bytes, on_delivery: Any = None) -> None:
-        self.bus._append(key, value, on_delivery)
-
-    def flush(self, timeout: float) -> None:
-        pass
-
-    def serve(self) -> None:
-        pass
-
-    # DirectPort
-    def deliver(self, endpoint: str, batch: bytes, done: Any) -> None:
-        self.bus._deliver(endpoint, batch, done)
-
-    # DirectoryPort
-    def publish(self, peer_id: str, descriptor: dict[str, Any], on_delivery: Any = None) -> None:
-        self.bus._register(peer_id, descriptor)
-
-    # StabilityPort
-    def wait(self, level: str, partition: int, offset: int, done: Any) -> None:
-        if self.bus.replicas_stalled:
-            self.bus._stalled.append(done)
-        else:
-            done(None)
-
-    # Executor
-    def submit(self, key: str, job: Any) -> None:
-        self.bus._jobs.append((self.peer, self.peer.core.incarnation, job))
-
-    def drain(self, timeout: float) -> bool:
-        self.bus.run_until_idle()
-        return True
-
-    def close(self) -> None:
-        pass
-
-
-class TestPeer:
-    """A peer on a :class:`TestBus`, with the API of :class:`peer_client.Peer`."""
-
-    __test__ = False  # not a pytest test class
-
-    def __init__(self, bus: "TestBus", peer_id: str, environment: str, options: PeerOptions,
-                 handlers: HandlerRegistry | None = None) -> None:
-        self.bus = bus
-        ports = _Ports(bus, self)
-        options = options.with_(inbox_limit=1 << 30)  # one thread: never block on the inbox
-        self.core = PeerCore(peer_id, environment, options, log_port=ports, direct=ports,
-                             directory_port=ports, stability=ports, executor=ports,
-                             max_message_bytes=bus.max_message_bytes, clock_ms=bus.now_ms,
-                             handlers=handlers)
-        self.core.endpoint = f"mem://{peer_id}/{self.core.incarnation}"
-        bus._incarnations[self.core.incarnation] = self
-        self.crashed = False
-
-    @property
-    def peer_id(self) -> str:
-        """This peer's id."""
-        return self.core.peer_id
-
-    @property
-    def incarnation(self) -> str:
-        """This run's incarnation."""
-        return self.core.incarnation
-
-    @property
-    def phase(self) -> Phase:
-        """Where the peer is in its life."""
-        return self.core.phase
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters: sent, received, handled, duplicates, failed_deliveries, acks..."""
-        return self.core.stats_snapshot()
-
-    def handler(self, fn_or_cls: Any = None) -> Any:
-        """Register a handler (see :meth:`peer_client.Peer.handler`)."""
-        return self.core.handler(fn_or_cls)
-
-    def start(self) -> "TestPeer":
-        """Register, replay what is unacked for this peer, then take live messages."""
-        self.bus._start(self)
-        return self
-
-    def stop(self) -> None:
-        """Drain handlers, flush acks, register as down."""
-        if self.core.phase not in RUNNING:
-            return
-        self.core.set_phase(Phase.STOPPING)
-        self.bus.run_until_idle()
-        self.core.flush_acks()
-        self.core.publish_descriptor(False)
-        self.core.set_phase(Phase.STOPPED)
-
-    def send_nowait(self, to: str, message: Any, durability: str = "log") -> Delivery:
-        """Queue a send; the :class:`Delivery` completes at the durability level."""
-        self._check()
-        handle = self.core.send(to, message, durability, timeout=0.0)
-        self.bus._maybe_run()
-        return handle
-
-    def send(self, to: str, message: Any, durability: str = "log") -> str:
-        """Send and return the message id once ``durability`` holds."""
-        return self._result(self.send_nowait(to, message, durability))
-
-    def post(self, to: str, message: Any, durability: str = "log") -> str:
-        """Fire and forget (see :meth:`peer_client.Peer.post`)."""
-        self._check()
-        mid = self.core.post(to, message, durability, timeout=0.0)
-        self.bus._maybe_run()
-        return mid
-
-    def publish_nowait(self, message: Any, durability: str = "log") -> Delivery:
-        """Queue a publish to every subscriber."""
-        self._check()
-        handle = self.core.publish(message, durability, timeout=0.0)
-        self.bus._maybe_run()
-        return handle
-
-    def publish(self, message: Any, durability: str = "log") -> str:
-        """Publish and return the message id once ``durability`` holds for every subscriber."""
-        return self._result(self.publish_nowait(message, durability))
-
-    def _check(self) -> None:
-        if self.crashed:
-            raise PeerStateError(f"peer {self.peer_id} crashed: restart it with bus.restart()")
-
-    @staticmethod
-    def _result(handle: Delivery) -> str:
-        if not handle.done():
-            raise DurabilityTimeoutError(f"send of {handle.message_id} cannot complete: the"
-                                         f" test bus's replicas are stalled")
-        return handle.result(0)
-
-    def __enter__(self) -> "TestPeer":
-        if self.core.phase is Phase.CREATED:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class TestBus:
