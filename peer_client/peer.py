@@ -116,6 +116,19 @@ class Peer:
         failed_deliveries, malformed, unknown_type, no_handler, rejected..."""
         return self.core.stats_snapshot()
 
+    def status(self) -> dict[str, Any]:
+        """Phase, incarnation, counters, and the replay/handover figures (``replay``)."""
+        out: dict[str, Any] = {"peer_id": self.peer_id, "environment": self.environment,
+                               "incarnation": self.incarnation, "phase": self.phase.value,
+                               "endpoint": self.endpoint, "stats": self.stats}
+        replay = getattr(self.replayer, "status", None)
+        if replay is not None:
+            out["replay"] = doc = replay()
+            if self.phase is Phase.REPLAY and doc.get("stage") == "handover":
+                out["phase"] = "handover"
+            out["replayed"], out["forwarded"] = doc.get("replayed", 0), doc.get("forwarded", 0)
+        return out
+
     def handler(self, fn_or_cls: Any = None) -> Any:
         """Register a handler: ``@peer.handler`` typed by the first parameter's annotation,
         or ``@peer.handler(MessageType)``. It takes the message, and optionally a
@@ -144,11 +157,12 @@ class Peer:
             self._house = threading.Thread(target=self._housekeeping, daemon=True,
                                            name=f"{self.peer_id}-house")
             self._house.start()
+            if self.replayer is not None:
+                core.begin_replay()  # before registering: hold back the first live messages
             core.publish_descriptor(True)
             self.kafka.flush(opts.start_timeout_s)
             self._follower.start()
             if self.replayer is not None:
-                core.begin_replay()
                 core.end_replay(handover=self.replayer.run(core))
             else:
                 core.set_phase(Phase.NORMAL)
@@ -187,7 +201,8 @@ class Peer:
         self._stop.set()
         if self._house is not None:
             self._house.join(5)
-        for closer in (getattr(self._follower, "close", None),
+        for closer in (getattr(self.replayer, "close", None),
+                       getattr(self._follower, "close", None),
                        getattr(self._server, "stop", None), self.direct.close,
                        getattr(self.stability, "close", None), self.executor.close):
             if closer is not None:

@@ -1,0 +1,302 @@
+"""The peer side of replay on restart: the queue from a replica, then the handover.
+
+:class:`ReplicaReplayer` is the ``replayer`` a :class:`~peer_client.peer.Peer` runs right
+after it registered its new incarnation (live messages are held back meanwhile):
+
+1. **Replay.** :meth:`ReplicaClient.replay_any` on any live replica of the peer's txlog
+   partition; each QueueEntry (txlog order, up to the replica's barrier) is dispatched with
+   ``ctx.replay`` set, deduplicated by message id, and acked on the stream once accepted
+   (so the inbox limit paces the stream). If the serving replica dies mid-stream, the replay
+   goes on on another one (``exclude`` the dead node, ``after_offset`` the last offset
+   received); entries seen twice are dropped by dedup.
+2. **Handover.** A :class:`TxlogFollower` reads the peer's own txlog partition from the
+   barrier of the replay that completed. During the handover it dispatches every Send to
+   this peer in txlog order (held-back live messages are dropped as duplicates when their
+   logged copy goes by, so per-sender order holds across the switch), up to the high
+   watermark read after the replay; it repeats while held-back persistent messages have
+   not been seen in the log yet (at most ``handover_rounds`` times).
+3. **Normal.** The follower stays: for as long as the peer runs it dispatches every Send
+   to this peer that is not marked as delivered directly to this incarnation
+   (``Send.direct_incarnation``). That is the proof that ends the handover without a
+   timer: whatever a stale sender appended without reaching this incarnation directly is
+   delivered from the log, whenever it was appended. See ``docs/peer_client.md``,
+   "Replay and handover".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gossip.cluster_config import ConfigLog, Epoch
+from gossip.exceptions import NodeUnreachableError, ReplayInterruptedError
+from gossip.service import ReplicaClient
+from log.consumer import LogConsumer
+from log.exceptions import CodecError, LogError
+from log.offsets import end_offsets
+from log.settings import Settings
+from peer_client.core import RUNNING, PeerCore
+from peer_client.records import Envelope, encode_varint, peer_codec
+
+__all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError"]
+
+log = logging.getLogger("peer_client.replay")
+
+
+class ReplayFailedError(RuntimeError):
+    """No replica could complete the replay of this peer's queue."""
+
+
+def _mark_suffix(incarnation: str) -> bytes:
+    """The last bytes of a Send marked as delivered directly to ``incarnation``."""
+    raw = incarnation.encode("utf-8")
+    return b"\x02" + encode_varint(len(raw)) + raw
+
+
+class TxlogFollower:
+    """Reads this peer's txlog partition from ``start`` and dispatches its Sends.
+
+    In catch-up mode (the handover) every Send to the peer is dispatched, in txlog order;
+    afterwards only those not marked as delivered directly to the peer's incarnation."""
+
+    def __init__(self, settings: Settings, core: PeerCore, partition: int, start: int,
+                 on_forward: Callable[[int], None]) -> None:
+        self.core, self.partition, self.position = core, partition, start
+        self._key = core.peer_id.encode("utf-8")
+        self._mark = _mark_suffix(core.incarnation)
+        self._codec = peer_codec()
+        self._on_forward = on_forward
+        self.catching_up = True
+        self.forwarded = 0
+        self.skipped_direct = 0
+        self.consumer = LogConsumer(settings, self._codec)
+        self.consumer.assign({("txlog", partition): start})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def step(self, timeout: float = 0.2) -> int:
+        """Consume one batch; returns how many records were read."""
+        with self._lock:
+            msgs = self.consumer.consume_batch(2000, timeout)
+            core, key, mark, decode = self.core, self._key, self._mark, self._codec.decode
+            for msg in msgs:
+                off = msg.offset()
+                if off is not None:
+                    self.position = off + 1
+                if msg.key() != key:
+                    continue
+                value = msg.value()
+                if not value:
+                    continue
+                if not self.catching_up and value.endswith(mark):
+                    self.skipped_direct += 1
+                    continue
+                try:
+                    dec = decode(value)
+                except CodecError:
+                    continue  # the replicas dead-letter it; nothing to deliver
+                if dec.name != "Send" or dec.record.get("recipient") != core.peer_id:
+                    continue
+                env = Envelope.from_send(dec.record, True, self.partition,
+                                         off if off is not None else -1)
+                fresh = env.message_id not in core.dedup
+                core.deliver_replayed(env)
+                if fresh:
+                    self.forwarded += 1
+                    self._on_forward(1)
+            return len(msgs)
+
+    def catch_up(self, target: int, timeout_s: float) -> None:
+        """Read until the position reaches txlog offset ``target``."""
+        deadline = time.monotonic() + timeout_s
+        while self.position < target:
+            if time.monotonic() > deadline:
+                raise LogError(f"handover: txlog/{self.partition} read to {self.position}, not"
+                               f" {target}, within {timeout_s}s")
+            self.step()
+
+    def start(self) -> None:
+        """Keep following in a daemon thread until the peer stops."""
+        self.catching_up = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"{self.core.peer_id}-txlog-follow")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.core.phase in RUNNING:
+            try:
+                self.step(0.1)
+            except LogError as exc:
+                log.error("peer %s txlog follower: %s", self.core.peer_id, exc)
+                self._stop.wait(1.0)
+            except Exception:  # noqa: BLE001 - keep following
+                log.exception("peer %s txlog follower failed", self.core.peer_id)
+                self._stop.wait(1.0)
+
+    def close(self) -> None:
+        """Stop following and close the consumer."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        with self._lock:
+            self.consumer.close()
+
+
+class ReplicaReplayer:
+    """Replay from the replica nodes, handover by following txlog (see the module doc)."""
+
+    def __init__(self, settings: Settings, *, batch: int = 2000, window: int = 200,
+                 lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
+                 attempts: int = 5, handover_rounds: int = 5, handover_timeout_s: float = 60.0,
+                 epoch: Callable[[], Epoch | None] | None = None,
+                 client: ReplicaClient | None = None) -> None:
+        self.settings = settings
+        self.batch, self.window, self.lease_ms = batch, window, lease_ms
+        self.barrier_timeout_ms, self.attempts = barrier_timeout_ms, attempts
+        self.handover_rounds, self.handover_timeout_s = handover_rounds, handover_timeout_s
+        self._epoch_fn = epoch
+        self._own_client = client is None
+        self.client = client or ReplicaClient()
+        self.follower: TxlogFollower | None = None
+        self.stage = "idle"
+        self.replayed = 0           # replayed entries dispatched (not dropped as duplicates)
+        self.replay_received = 0    # entries received from replicas, duplicates included
+        self.retries = 0
+        self.nodes: list[str] = []
+        self.barrier = -1
+        self.partition = -1
+        self.handover_target = -1
+        self.replay_ms = 0.0
+        self.handover_ms = 0.0
+        self.forwarded = 0
+        self._lock = threading.Lock()
+
+    def _epoch(self) -> Epoch:
+        if self._epoch_fn is not None:
+            epoch = self._epoch_fn()
+        else:
+            config = ConfigLog(self.settings)
+            try:
+                epoch = config.read_to_end()
+            finally:
+                config.close()
+        if epoch is None:
+            raise ReplayFailedError(f"replay needs replica nodes, and topic"
+                                    f" {self.settings.topic('config')} holds no cluster config")
+        return epoch
+
+    def _count_forward(self, n: int) -> None:
+        with self._lock:
+            self.forwarded += n
+
+    # ---- the replayer protocol -------------------------------------------------------------
+    def run(self, core: PeerCore) -> bool:
+        """Replay, then hand over; returns False: the peer goes to NORMAL, the follower
+        keeps delivering what was not delivered directly to this incarnation."""
+        t0 = time.monotonic()
+        self.stage = "replay"
+        stream = self._replay(core)
+        self.replay_ms = (time.monotonic() - t0) * 1000
+        t1 = time.monotonic()
+        self.stage = "handover"
+        try:
+            self.follower = TxlogFollower(self.settings, core, self.partition, self.barrier,
+                                          self._count_forward)
+            self._handover(core)
+        finally:
+            stream.close(release=True)
+        self.handover_ms = (time.monotonic() - t1) * 1000
+        self.follower.start()
+        self.stage = "normal"
+        log.info("peer %s: replayed %d (barrier txlog/%d@%d, %.0f ms, %d retries), handover"
+                 " to %d in %.0f ms, %d forwarded", core.peer_id, self.replayed,
+                 self.partition, self.barrier, self.replay_ms, self.retries,
+                 self.handover_target, self.handover_ms, self.forwarded)
+        return False
+
+    def _replay(self, core: PeerCore) -> Any:
+        codec = peer_codec()
+        epoch = self._epoch()
+        exclude: set[str] = set()
+        after = -1
+        opts: dict[str, Any] = {"batch": self.batch, "window": self.window,
+                                "barrier_timeout_ms": self.barrier_timeout_ms}
+        if self.lease_ms is not None:
+            opts["lease_ms"] = self.lease_ms
+        for attempt in range(self.attempts):
+            try:
+                stream = self.client.replay_any(epoch, core.peer_id, core.environment,
+                                                exclude=exclude, after_offset=after, **opts)
+            except NodeUnreachableError:
+                if not exclude or attempt + 1 >= self.attempts:
+                    raise
+                exclude.clear()  # every other replica refused: try the first one again
+                epoch = self._epoch()
+                continue
+            self.nodes.append(stream.node)
+            try:
+                for entry in stream.entries():
+                    rec = codec.decode(entry.value).record
+                    env = Envelope(rec["message_id"], rec["sender"], rec["message_type"],
+                                   rec["payload"], rec["timestamp_ms"], True,
+                                   core.environment, rec.get("delivery_count", 0), True,
+                                   rec.get("txlog_partition", stream.partition), entry.offset)
+                    self.replay_received += 1
+                    if env.message_id not in core.dedup:
+                        self.replayed += 1
+                    core.deliver_replayed(env)
+                    stream.ack()
+            except ReplayInterruptedError as exc:
+                log.warning("peer %s: replay interrupted on %s after txlog offset %d (%s);"
+                            " retrying on another replica", core.peer_id, stream.node,
+                            stream.last_offset, exc)
+                stream.close(release=False)
+                self.retries += 1
+                exclude.add(stream.node)
+                after = max(after, stream.last_offset)
+                continue
+            self.barrier, self.partition = stream.barrier, stream.partition
+            return stream
+        raise ReplayFailedError(f"replay of {core.peer_id} failed {self.attempts} times"
+                                f" (replicas tried: {', '.join(self.nodes)})")
+
+    def _handover(self, core: PeerCore) -> None:
+        follower = self.follower
+        assert follower is not None
+        deadline = time.monotonic() + self.handover_timeout_s
+        for _ in range(self.handover_rounds):
+            target = end_offsets(self.settings, "txlog", [self.partition])[self.partition]
+            self.handover_target = target
+            follower.catch_up(target, max(1.0, deadline - time.monotonic()))
+            with core.inbox._lock:
+                unseen = [e for e in core.inbox.held
+                          if e.persistent and e.message_id not in core.dedup]
+            if not unseen:
+                return
+        log.info("peer %s: %d held-back live message(s) not in txlog yet after %d rounds;"
+                 " releasing them", core.peer_id, len(unseen), self.handover_rounds)
+
+    def status(self) -> dict[str, Any]:
+        """Replay and handover figures."""
+        f = self.follower
+        return {"stage": self.stage, "replayed": self.replayed,
+                "replay_received": self.replay_received,
+                "duplicates_dropped": self.replay_received - self.replayed,
+                "forwarded": self.forwarded, "retries": self.retries, "nodes": self.nodes,
+                "barrier": self.barrier, "partition": self.partition,
+                "handover_target": self.handover_target, "replay_ms": round(self.replay_ms, 1),
+                "handover_ms": round(self.handover_ms, 1),
+                "follower_position": f.position if f is not None else -1,
+                "skipped_direct": f.skipped_direct if f is not None else 0}
+
+    def close(self) -> None:
+        """Stop the follower and close the replica client."""
+        if self.follower is not None:
+            self.follower.close()
+        if self._own_client:
+            self.client.close()
+

@@ -1,0 +1,141 @@
+"""The peer's start sequence on the real stack: replay from the replicas, handover, normal.
+
+Kafka (the session cluster), replica nodes (layout 2x2) and the Spark queues job. B is down
+while A sends; B starts with a :class:`~peer_client.replay.ReplicaReplayer` and its handlers
+see every message exactly once, in per-sender order. Then A keeps sending while C stops and
+restarts: nothing is lost or handled twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from test_replica_support import replica_stack
+
+from peer_client import MessageContext, message
+from peer_client.context import Phase
+from peer_client.peer import Peer
+from peer_client.replay import ReplicaReplayer
+from spark_streaming.runner import JobProcess
+from tests.support import wait_for
+from tidemark.stack.launcher import LocalStack
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
+N = 2000
+
+
+@message("rtest.Tick")
+@dataclass
+class Tick:
+    n: int
+
+
+@pytest.fixture(scope="module")
+def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[LocalStack, JobProcess]]:
+    folder = tmp_path_factory.mktemp("peer-replay")
+    with replica_stack(bootstrap, folder / "stack", "2x2") as s:
+        job = JobProcess(s.settings(), folder / "checkpoint", folder / "job.log").start()
+        try:
+            yield s, job
+        finally:
+            job.stop()
+
+
+class Seen:
+    """What the handlers of one peer id saw, across its incarnations."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.items: list[tuple[str, int, bool]] = []
+
+    def handler(self, msg: Tick, ctx: MessageContext) -> None:
+        with self.lock:
+            self.items.append((ctx.sender, msg.n, ctx.replay))
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.items)
+
+    def ns(self) -> list[int]:
+        with self.lock:
+            return [n for _, n, _ in self.items]
+
+
+def _peer(stack: LocalStack, peer_id: str, seen: Seen) -> Peer:
+    settings = stack.settings()
+    peer = Peer(peer_id, None, settings, replayer=ReplicaReplayer(settings))
+    peer.handler(Tick)(seen.handler)
+    return peer
+
+
+def test_down_peer_replays_every_message_once_in_order(
+        stack: tuple[LocalStack, JobProcess]) -> None:
+    s, job = stack
+    settings = s.settings()
+    with Peer("A", None, settings) as a:
+        for i in range(N):
+            a.post("B", Tick(i))
+        assert a.flush(60)
+    seen = Seen()
+    b = _peer(s, "B", seen)
+    with b:
+        assert b.phase is Phase.NORMAL
+        wait_for(lambda: seen.count() >= N, 120, 0.05, "B handling the backlog")
+        assert seen.ns() == list(range(N)), "lost, duplicated or out of order"
+        assert all(replay for _, _, replay in seen.items)
+        st = b.status()
+        assert st["phase"] == "normal" and st["replayed"] == N, st
+        assert st["replay"]["barrier"] >= N and st["replay"]["stage"] == "normal"
+    assert seen.count() == N and job.alive, job.log_tail()
+
+
+def test_sender_keeps_sending_through_a_restart(stack: tuple[LocalStack, JobProcess]) -> None:
+    s, job = stack
+    settings = s.settings()
+    seen = Seen()
+    stop = threading.Event()
+    sent: list[int] = []
+    errors: list[BaseException] = []
+
+    def sender(a: Peer) -> None:
+        try:
+            i = 0
+            while not stop.is_set():
+                a.send("C", Tick(i))
+                sent.append(i)
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    with Peer("A2", None, settings) as a:
+        c1 = _peer(s, "C", seen)
+        c1.start()
+        a.wait_for_peer("C")
+        t = threading.Thread(target=sender, args=(a,), daemon=True)
+        t.start()
+        wait_for(lambda: seen.count() >= 300, 60, 0.05, "C handling live traffic")
+        c1.stop()
+        mark = len(sent)
+        wait_for(lambda: len(sent) >= mark + 500, 60, 0.05, "A sending while C is down")
+        c2 = _peer(s, "C", seen)
+        with c2:  # A keeps sending while C2 registers, replays and hands over
+            at_normal = len(sent)
+            wait_for(lambda: len(sent) >= at_normal + 500, 60, 0.05, "A sending after")
+            stop.set()
+            t.join(60)
+            assert not errors, errors
+            assert a.flush(60)
+            total = len(sent)
+            wait_for(lambda: seen.count() >= total, 120, 0.05, "C handling everything")
+            st = c2.status()
+        ns = seen.ns()
+        assert sorted(ns) == list(range(total)), (
+            f"lost {sorted(set(range(total)) - set(ns))[:10]},"
+            f" twice {[n for n in set(ns) if ns.count(n) > 1][:10]}")
+        assert st["replayed"] > 0 and st["phase"] == "normal", st
+        assert ns == sorted(ns), "per-sender order broken"
+    assert job.alive, job.log_tail()
