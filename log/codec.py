@@ -150,5 +150,8 @@ def default_codec() -> Codec:
     """A process-wide codec over ``schemas/`` (built once)."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = Codec()
+        codec = Codec()
+        for name, old in schemas.load_history():  # records written before a schema evolved
+            codec.register_writer(name, old)
+        _DEFAULT = codec
     return _DEFAULT

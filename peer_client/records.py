@@ -1,49 +1,27 @@
 """The peer client's records: the codec over every schema, and record builders.
 
-The codec knows the shared schemas plus the peer client's own (``DeliveryFailed`` in txlog,
+The shared codec knows the peer client's schemas (``DeliveryFailed`` in txlog,
 ``DirectBatch``/``DirectReceipt`` on the direct gRPC path) and accepts records written with
 the previous versions of ``Send`` and ``PeerDescriptor`` (``schemas/history``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import schemas
 from log.codec import Codec, default_codec
 
 __all__ = ["PEER_SCHEMAS", "peer_codec", "mark_direct", "Envelope", "encode_varint"]
 
-#: Schemas of the peer client not (yet) in ``schemas.SCHEMA_NAMES``.
+#: The peer client's own schemas (all registered in the shared codec).
 PEER_SCHEMAS = ("DeliveryFailed", "DirectBatch", "DirectReceipt")
-_HISTORY = (("Send", "Send.v1"), ("PeerDescriptor", "PeerDescriptor.v1"))
-
-_CODEC: Codec | None = None
 
 
 def peer_codec() -> Codec:
-    """One process-wide codec with every schema the peer client reads or writes."""
-    global _CODEC
-    if _CODEC is None:
-        base = schemas.load_all()
-        if all(name in base for name in PEER_SCHEMAS):
-            codec = default_codec()
-        else:
-            extra = {name: schemas.load_schema(name) for name in PEER_SCHEMAS
-                     if name not in base}
-            codec = Codec({**base, **extra})
-        for name, old in _HISTORY:
-            path = schemas.SCHEMA_DIR / "history" / f"{old}.avsc"
-            if path.exists():
-                try:
-                    codec.register_writer(name, json.loads(path.read_text()))
-                except Exception:  # noqa: BLE001 - an identical schema is already known
-                    pass
-        _CODEC = codec
-    return _CODEC
+    """The process-wide codec: every schema, and the earlier versions of evolved ones."""
+    return default_codec()
 
 
 def encode_varint(n: int) -> bytes:

@@ -68,6 +68,8 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
         batch.wb.put(data_key(partition, offset), value)
         batch.wb.put(purge_prefix(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),
                      b"")
+    elif name == "DeliveryFailed":  # a handler failure: kept like the Sends it counts
+        batch.wb.put(data_key(partition, offset), value)
     else:
         return f"unexpected {name} record in txlog"
     return None

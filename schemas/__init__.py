@@ -6,15 +6,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA_DIR", "SCHEMA_NAMES", "load_schema", "load_all"]
+__all__ = ["SCHEMA_DIR", "SCHEMA_NAMES", "load_schema", "load_all", "load_history"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent
 
 #: Record types in dependency order (NodeState refers to nothing outside itself).
 SCHEMA_NAMES = (
     "Send", "Ack", "Purge", "QueueEntry", "QueueProgress",
-    "PeerDescriptor", "ClusterConfig", "NodeState",
+    "PeerDescriptor", "ClusterConfig", "NodeState", "DeliveryFailed", "DirectBatch",
+    "DirectReceipt",
 )
+
+#: Earlier versions of evolved schemas, still accepted as writer schemas: (name, file stem).
+HISTORY = (("Send", "Send.v1"), ("PeerDescriptor", "PeerDescriptor.v1"))
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -25,3 +29,9 @@ def load_schema(name: str) -> dict[str, Any]:
 def load_all() -> dict[str, dict[str, Any]]:
     """Every schema by short name."""
     return {name: load_schema(name) for name in SCHEMA_NAMES}
+
+
+def load_history() -> list[tuple[str, dict[str, Any]]]:
+    """``(name, schema JSON)`` of every earlier version in ``schemas/history``."""
+    return [(name, json.loads((SCHEMA_DIR / "history" / f"{stem}.avsc").read_text()))
+            for name, stem in HISTORY]
