@@ -30,4 +30,8 @@ echo
 echo "== bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)"
 $T bench queues --backlog 1000000 ${BENCH_ARGS:-}
 echo
+echo "== bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added)"
+$T local up --replicas 2x2 >/dev/null
+$T bench stable ${BENCH_ARGS:-}
+echo
 echo "== load average after: $(cut -d" " -f1-3 /proc/loadavg)"
