@@ -139,3 +139,38 @@ def test_sender_keeps_sending_through_a_restart(stack: tuple[LocalStack, JobProc
         assert st["replayed"] > 0 and st["phase"] == "normal", st
         assert ns == sorted(ns), "per-sender order broken"
     assert job.alive, job.log_tail()
+
+
+def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProcess]) -> None:
+    """A's directory view is frozen on D's old incarnation for the whole restart of D and
+    long after its handover: whatever A sends reaches D's handlers exactly once (no timer
+    ends the redelivery path)."""
+    s, job = stack
+    settings = s.settings()
+    seen = Seen()
+    with Peer("A3", None, settings) as a:
+        d1 = _peer(s, "D", seen)
+        d1.start()
+        a.wait_for_peer("D")
+        old = a.core.peer("D").incarnation
+        assert a._follower is not None
+        a._follower.close()                       # A's view is frozen from here on
+        for i in range(100):
+            a.send("D", Tick(i))                  # directly to D1
+        wait_for(lambda: seen.count() >= 100, 60, 0.05, "D1 handling")
+        d1.stop()
+        for i in range(100, 400):                 # D is down: A still holds D1
+            a.send("D", Tick(i))
+        d2 = _peer(s, "D", seen)
+        with d2:
+            assert d2.phase is Phase.NORMAL and d2.incarnation != old
+            for i in range(400, 1400):            # D2 is up, A never learns of it
+                a.send("D", Tick(i))
+            assert a.core.directory.get("D").incarnation == old  # still stale
+            wait_for(lambda: seen.count() >= 1400, 120, 0.05, "D2 handling the stale sends")
+            st = d2.status()
+            assert st["forwarded"] >= 1000, st
+        ns = seen.ns()
+        assert sorted(ns) == list(range(1400)) and ns == list(range(1400)), (
+            f"lost {sorted(set(range(1400)) - set(ns))[:10]}, count {len(ns)}")
+    assert job.alive, job.log_tail()
