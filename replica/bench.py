@@ -1,4 +1,5 @@
-"""``tidemark bench ingest``: records/s one node applies, beside a raw baseline.
+"""``tidemark bench ingest``: records/s one node applies, beside a raw baseline; and
+:func:`gc_bench`: ingest with GC running on a 1M-record store beside ingest without GC.
 
 Both sides run in a fresh child process over the same records in the same run: the raw
 baseline is a plain confluent_kafka consumer writing each record to plyvel (one write batch
@@ -21,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_bench"]
+__all__ = ["run_bench", "gc_bench"]
 
 
 def _peak_rss_mib() -> float:
@@ -129,3 +130,144 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"ratio:        {result['ratio']:>10}      (target >= 100,000 tx/s: "
               f"{'met' if node_rate >= 100_000 else 'NOT met'})")
     return 0
+
+
+# ---- ingest with GC running ---------------------------------------------------------------
+def _fill_worker(settings: Any, ends: dict[int, int], folder: str, out: Any) -> None:
+    from replica.ingest import Ingestor
+    from replica.store import Store
+    store = Store(folder, "bench")
+    ingest = Ingestor(settings, store, "bench")
+    ingest.assign(list(ends))
+    while any((store.position("txlog", k) or 0) < e for k, e in ends.items()):
+        ingest.step(0.2)
+    ingest.close()
+    store.close()
+    out.put({"records": ingest.applied})
+
+
+def _gc_ab_worker(settings: Any, ends: dict[int, int], folder: str, min_age_ms: int,
+                  slice_records: int, out: Any) -> None:
+    """Ingest up to ``ends`` into the store at ``folder`` in slices of ``slice_records``,
+    with the GC thread running in every other slice (ABBA order, so drift and the load of
+    other processes fall on both sides alike); report each side's rate, what GC did, and
+    GC's release rate afterwards with ingest idle. GC point: the node's own base ends, as
+    in a one-replica cluster."""
+    from replica.config import ReleasePolicy
+    from replica.ingest import Ingestor
+    from replica.release_policy import GcWorker
+    from replica.store import Store
+    store = Store(folder, "bench")
+    ingest = Ingestor(settings, store, "bench")
+    parts = sorted(ends)
+    ingest.assign(parts)
+    worker = GcWorker(store, lambda: parts,
+                      lambda: {f"txlog/{k}": store.map("txlog", k).base_end for k in parts},
+                      ReleasePolicy(min_age_ms=min_age_ms, gc_interval_ms=500),
+                      idle=ingest.has_slack)  # as the node wires it
+    sides = {True: {"records": 0, "seconds": 0.0, "cpu": 0.0},
+             False: {"records": 0, "seconds": 0.0, "cpu": 0.0}}
+    released_during, i = 0, 0
+    while any((store.position("txlog", k) or 0) < e for k, e in ends.items()):
+        gc_on = i % 4 in (1, 2)  # off, on, on, off, off, on, on, ...
+        if gc_on:
+            worker.start()
+            before = worker.released
+        target, t0, c0 = ingest.applied + slice_records, time.perf_counter(), time.process_time()
+        while ingest.applied < target and any(
+                (store.position("txlog", k) or 0) < e for k, e in ends.items()):
+            ingest.step(0.2)
+        side = sides[gc_on]
+        side["seconds"] += time.perf_counter() - t0
+        side["cpu"] += time.process_time() - c0
+        side["records"] += slice_records - max(0, target - ingest.applied)
+        if gc_on:
+            worker.stop()
+            released_during += worker.released - before
+        i += 1
+    worker.start()  # then GC alone for a while, ingest idle (it keeps polling)
+    idle_started, before = time.perf_counter(), worker.released
+    while time.perf_counter() - idle_started < 5.0:
+        ingest.step(0.05)
+    idle_rate = (worker.released - before) / (time.perf_counter() - idle_started)
+    worker.stop()
+    ingest.close()
+    store.close()
+    out.put({"gc": sides[True], "no_gc": sides[False], "slices": i,
+             "gc_released_during_ingest": released_during, "gc_passes": worker.passes,
+             "gc_idle_release_per_s": idle_rate, "peak_rss_mib": _peak_rss_mib()})
+
+
+def gc_bench(bootstrap: str | None = None, config: str | None = None,
+             store_records: int = 1_000_000, ingest_records: int = 1_000_000,
+             partitions: int = 4, slice_records: int = 100_000, folder: str | None = None,
+             say: Any = lambda m: None) -> dict[str, Any]:
+    """Ingest throughput with GC running on a ``store_records`` store, beside the same
+    ingest without GC, for minimum ages 0 and 24 h. Returns a dict (rates, ratios, what GC
+    did); the target is a ratio of at least 0.8.
+
+    A store is filled with ``store_records`` txlog records (Sends, half of them acked)
+    through a real Ingestor, then ``ingest_records`` more are written to Kafka. For each
+    minimum age a fresh process ingests them into its own copy of the filled store, in
+    slices of ``slice_records`` alternating GC off and on (ABBA): at 0, GC has the whole
+    store to release meanwhile; at 24 h every record is younger, so GC must cost nothing.
+    The rates are records over wall time per side (process CPU seconds are reported too).
+    """
+    from log.load import generate_load
+    from log.offsets import end_offsets
+    from log.settings import load_settings
+    from log.topics import delete_topic_set, ensure_topics
+    settings = load_settings(config, bootstrap=bootstrap, partitions=partitions,
+                             topic_prefix=f"bench-gc-{uuid.uuid4().hex[:8]}.")
+    ensure_topics(settings)
+    scratch = Path(folder or tempfile.mkdtemp(prefix="tidemark-gcbench-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict] = {}
+    load = [_loadavg()]
+    try:
+        say(f"writing ~{store_records} records to fill the store")
+        generate_load(settings, peers=1000, messages=max(1, int(store_records / 1.5)),
+                      ack_ratio=0.5, seed=1)
+        fill_ends = dict(end_offsets(settings, "txlog"))
+        base = scratch / "base"
+        _child(_fill_worker, settings, fill_ends, str(base))
+        say(f"store filled with {sum(fill_ends.values())} records; writing "
+            f"~{ingest_records} more")
+        generate_load(settings, peers=1000, messages=max(1, int(ingest_records / 1.5)),
+                      ack_ratio=0.5, seed=2)
+        ends = dict(end_offsets(settings, "txlog"))
+        for name, min_age in (("gc_min_age_0", 0), ("gc_min_age_24h", 86_400_000)):
+            copy = scratch / name
+            shutil.copytree(base, copy)
+            say(f"{name}: ingest in slices of {slice_records}, GC off and on alternately")
+            runs[name] = _child(_gc_ab_worker, settings, ends, str(copy), min_age,
+                                slice_records)
+            load.append(_loadavg())
+            shutil.rmtree(copy, ignore_errors=True)
+    finally:
+        if not folder:
+            shutil.rmtree(scratch, ignore_errors=True)
+        delete_topic_set(settings)
+    result: dict[str, Any] = {
+        "store_records": sum(fill_ends.values()),
+        "ingested_records": sum(ends.values()) - sum(fill_ends.values()),
+        "slice_records": slice_records, "target_ratio": 0.8,
+        "load_average_1m": [round(x[0], 2) for x in load]}
+    for name, run in runs.items():
+        on, off = run["gc"], run["no_gc"]
+        on_rate, off_rate = on["records"] / on["seconds"], off["records"] / off["seconds"]
+        result[name] = {"tx_per_s_gc": round(on_rate), "tx_per_s_no_gc": round(off_rate),
+                        "ratio": round(on_rate / off_rate, 3),
+                        "cpu_us_per_record_gc": round(1e6 * on["cpu"] / on["records"], 2),
+                        "cpu_us_per_record_no_gc": round(1e6 * off["cpu"] / off["records"], 2),
+                        "slices": run["slices"],
+                        "gc_released_during_ingest": run["gc_released_during_ingest"],
+                        "gc_release_per_s_ingest_idle": round(run["gc_idle_release_per_s"]),
+                        "peak_rss_mib": round(run["peak_rss_mib"], 1)}
+    result["met"] = all(result[n]["ratio"] >= 0.8 for n in runs)
+    return result
+
+
+def _loadavg() -> tuple[float, float, float]:
+    import os
+    return os.getloadavg()

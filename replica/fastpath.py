@@ -20,7 +20,7 @@ import schemas
 from log.codec import MARKER, Codec
 
 __all__ = ["SEND", "ACK", "PURGE", "txlog_scanners", "scanner_for", "scan_send", "scan_ack",
-           "scan_purge"]
+           "scan_purge", "txlog_readers", "Fields"]
 
 SEND, ACK, PURGE = 0, 1, 2
 _HIGH = bytes(range(0x80, 0x100))  # varint continuation bytes (deleted to count terminators)
@@ -308,4 +308,64 @@ def txlog_scanners(codec: Codec) -> dict[bytes, tuple[int, Scanner]]:
         scan = scanner_for(name, list(schemas.load_schema(name)["fields"]))
         if scan is not None:
             out[MARKER + codec.fingerprint_of(name)] = (kind, scan)
+    return out
+
+
+# ---- field readers for GC ------------------------------------------------------------------
+#: ``(kind, peer, message_id, timestamp_ms)``: the recipient of a Send, the peer of an Ack or
+#: a Purge (whose message id is ``b""``), as the UTF-8 bytes the index keys are built from.
+Fields = tuple[int, bytes, bytes, int]
+
+
+def _span(v: bytes, p: int) -> tuple[int, int]:
+    """``(start, end)`` of the Avro string/bytes at ``p``."""
+    b = v[p]
+    if b < 0x80 and not b & 1:
+        return p + 1, p + 1 + (b >> 1)
+    n, start = _varint(v, p)
+    if n < 0:
+        raise ValueError("negative length")
+    return start, start + n
+
+
+def read_send(v: bytes) -> Fields:
+    """Fields of a Send in the current layout (raises on a malformed value)."""
+    ma, mb = _span(v, 10)
+    _, p = _span(v, mb)      # sender
+    ra, rb = _span(v, p)     # recipient
+    _, p = _span(v, rb)      # environment
+    _, p = _span(v, p)       # message_type
+    _, p = _span(v, p)       # payload
+    if p > len(v):
+        raise IndexError("truncated")
+    return SEND, v[ra:rb], v[ma:mb], _varint(v, p)[0]
+
+
+def read_ack(v: bytes) -> Fields:
+    """Fields of an Ack in the current layout (raises on a malformed value)."""
+    ma, mb = _span(v, 10)
+    pa, pb = _span(v, mb)
+    _, p = _span(v, pb)      # environment
+    if p > len(v):
+        raise IndexError("truncated")
+    return ACK, v[pa:pb], v[ma:mb], _varint(v, p)[0]
+
+
+def read_purge(v: bytes) -> Fields:
+    """Fields of a Purge in the current layout (raises on a malformed value)."""
+    pa, pb = _span(v, 10)
+    _, p = _span(v, pb)      # environment
+    if p > len(v):
+        raise IndexError("truncated")
+    return PURGE, v[pa:pb], b"", _varint(v, p)[0]
+
+
+def txlog_readers(codec: Codec) -> dict[bytes, Callable[[bytes], Fields]]:
+    """``{10-byte header: reader}`` for the current Send, Ack and Purge schemas the
+    scanners walk (fields appended after the base layout do not move these). GC reads the
+    stored records, which ingest validated, with them; other headers need the codec."""
+    out: dict[bytes, Callable[[bytes], Fields]] = {}
+    for name, read in (("Send", read_send), ("Ack", read_ack), ("Purge", read_purge)):
+        if scanner_for(name, list(schemas.load_schema(name)["fields"])) is not None:
+            out[MARKER + codec.fingerprint_of(name)] = read
     return out

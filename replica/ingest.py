@@ -99,6 +99,7 @@ class Ingestor:
         self.low: dict[str, int] = {}
         self.caught_up_ms: dict[str, int] = {}
         self.applied = 0
+        self.backlog_steps = 0  # consecutive steps that consumed a full batch (catching up)
         self.poison = 0
         self.queues_delete_retention_ms = settings.queues_delete_retention_ms
 
@@ -152,6 +153,7 @@ class Ingestor:
         """Consume and apply one batch; returns the number of records consumed."""
         started_ms = int(time.time() * 1000)
         msgs = self.consumer.raw.consume(self.batch_size, timeout)
+        self.backlog_steps = self.backlog_steps + 1 if len(msgs) >= self.batch_size // 2 else 0
         applied = self._apply(msgs) if msgs else 0
         if not msgs:
             self._idle()
@@ -314,6 +316,11 @@ class Ingestor:
                     if done >= hi:
                         # Conservative: the cached watermark may be up to one fetch old.
                         self.caught_up_ms[name] = started_ms - 1000
+
+    def has_slack(self) -> bool:
+        """Whether ingest keeps up (its last steps did not consume full batches): GC may
+        then take a larger share of the time."""
+        return self.backlog_steps < 2
 
     def close(self) -> None:
         """Close the consumer and flush any dead letters."""

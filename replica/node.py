@@ -33,7 +33,7 @@ from replica.ingest import TOPICS, Ingestor
 from replica.leases import Leases
 from replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
 from replica.metrics import NodeMetrics
-from replica.release_policy import release
+from replica.release_policy import GcWorker
 from replica.replay import ReplayService
 from replica.status import StatusSnapshot, build_status
 from replica.store import Store
@@ -111,6 +111,10 @@ class Node:
         self.ingest.on_poison = self.metrics.deadletters.inc
         self.ingest.assign(self._partition().log_partitions)
         self.backfiller = Backfiller(self.store, self.peers)
+        self.gc = GcWorker(self.store, lambda: list(self.ingest.partitions),
+                           lambda: dict(self.gc_point), self.cf.release,
+                           on_released=self.metrics.released.inc, idle=self.ingest.has_slack)
+        self.gc.start()  # GC runs off the ingest path, in bounded passes
         self.replay = ReplayService(self.node_id, self.settings, self.store, self.pins,
                                     lambda: self.ingest.partitions, lambda: dict(self.gc_point),
                                     self.progress, self.stopping)
@@ -129,7 +133,7 @@ class Node:
         """Run until SIGTERM/SIGINT or removal from the config; returns an exit code."""
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
-        next_tick = next_gc = 0.0
+        next_tick = 0.0
         try:
             while not self.stopping.is_set():
                 applied = self.ingest.step(0.05)
@@ -141,9 +145,6 @@ class Node:
                 if now >= next_tick:
                     self.tick()
                     next_tick = now + self.period
-                if now >= next_gc:
-                    self.collect_garbage()
-                    next_gc = now + self.cf.release.gc_interval_ms / 1000
         finally:
             self.close()
         return 0
@@ -151,6 +152,8 @@ class Node:
     def close(self) -> None:
         """Stop serving and close everything."""
         self.stopping.set()
+        if getattr(self, "gc", None) is not None:
+            self.gc.stop()  # before the store closes under it
         if getattr(self, "server", None) is not None:
             self.server.stop(0.5)
         for part in ("ingest", "config"):
@@ -372,12 +375,8 @@ class Node:
         batch.commit()
 
     def collect_garbage(self) -> None:
-        """Release what the policy allows below the GC point."""
-        now = int(time.time() * 1000)
-        for k in self.ingest.partitions:
-            point = self.gc_point.get(f"txlog/{k}", 0)
-            if point > self.store.map("txlog", k).floor or self.cf.release.min_age_ms:
-                self.metrics.released.inc(release(self.store, k, point, self.cf.release, now))
+        """One GC pass now, on the calling thread (the GC thread runs them on its own)."""
+        self.gc.run_once()
 
     # ---- gossip ----------------------------------------------------------------------------
     def _gossip_loop(self) -> None:

@@ -30,16 +30,23 @@ next pass), so a pass costs the same whatever the size of the store.
 
 from __future__ import annotations
 
+import logging
 import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from log.codec import default_codec
 from log.exceptions import CodecError
 from replica.config import ReleasePolicy
-from replica.store import Batch, Store, ack_key, ack_prefix, data_key, purge_prefix
+from replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
+from replica.store import Batch, Store, ack_prefix, data_key, purge_prefix
 
 __all__ = ["release", "collect", "PassResult", "GcState", "load_state", "pending_prefix",
-           "CHUNK", "MAX_SKEW_MS"]
+           "GcWorker", "CHUNK", "MAX_SKEW_MS"]
+
+log = logging.getLogger(__name__)
 
 CHUNK = 10_000                # operations per write batch (memory must not grow with the backlog)
 MAX_SKEW_MS = 5 * 60_000      # a timestamp further in the future is aged from when it was met
@@ -67,6 +74,12 @@ class PassResult:
     visited: int
     cursor: int
     finished: bool   # reached the GC point (nothing left to visit below it)
+    blocked: bool = False  # waiting at a record younger than the minimum age
+
+    @property
+    def more(self) -> bool:
+        """Whether the pass stopped on its budget (more work is ready now)."""
+        return not self.finished and not self.blocked
 
 
 def _state_key(partition: int) -> bytes:
@@ -79,12 +92,11 @@ def load_state(store: Store, partition: int) -> GcState:
     return GcState(*_STATE.unpack(raw)) if raw else GcState()
 
 
-def _lp(text: str) -> bytes:
-    raw = text.encode()
+def _lp(raw: bytes) -> bytes:
     return _I.pack(len(raw)) + raw
 
 
-def pending_prefix(partition: int, peer: str, message_id: str | None = None) -> bytes:
+def pending_prefix(partition: int, peer: bytes, message_id: bytes | None = None) -> bytes:
     """Prefix of the pending Sends of ``peer`` (of one message id if given) in
     ``partition``; keys end with the Send's 8-byte offset."""
     prefix = b"W" + _H.pack(partition) + _lp(peer)
@@ -111,14 +123,14 @@ class _Pass:
         self.released += 1
         self.ops += 1
 
-    def put_pending(self, peer: str, message_id: str, offset: int) -> None:
+    def put_pending(self, peer: bytes, message_id: bytes, offset: int) -> None:
         key = pending_prefix(self.k, peer, message_id) + _Q.pack(offset)
         self.batch.put(key, b"")
         for prefix in (pending_prefix(self.k, peer), pending_prefix(self.k, peer, message_id)):
             self.fresh.setdefault(prefix, []).append(key)
         self.ops += 1
 
-    def release_pending(self, peer: str, message_id: str | None) -> None:
+    def release_pending(self, peer: bytes, message_id: bytes | None) -> None:
         """Release every pending Send of ``peer`` (of ``message_id`` if given)."""
         prefix = pending_prefix(self.k, peer, message_id)
         keys = [k for k in self.store.db.iterator(prefix=prefix, include_value=False)]
@@ -161,15 +173,17 @@ def collect(store: Store, partition: int, point: int, policy: ReleasePolicy, now
     work = _Pass(store, partition, state)
     visited = _expire_acks(work, now_ms, budget)
     point = min(point, store.map("txlog", partition).base_end)
-    finished = state.cursor >= point
-    if not finished and not (policy.retain_bytes and store.db.approximate_size(
-            data_key(partition, 0), data_key(partition, 1 << 62)) <= policy.retain_bytes):
+    finished, blocked = state.cursor >= point, False
+    if not finished and policy.retain_bytes and store.db.approximate_size(
+            data_key(partition, 0), data_key(partition, 1 << 62)) <= policy.retain_bytes:
+        blocked = True  # the size rule keeps everything for now
+    elif not finished:
         finished, visited = _visit(work, point, policy, now_ms, budget, visited)
-    m = store.map("txlog", partition)
-    if m.floor < state.cursor <= m.base_end:
-        work.batch.map("txlog", partition).compact_below(state.cursor)
+        blocked = not finished and state.blocked_at == state.cursor
+    if state.cursor > store.map("txlog", partition).floor:
+        work.batch.raise_floor("txlog", partition, state.cursor)  # on the map current then
     work.commit()
-    return PassResult(work.released, visited, state.cursor, finished)
+    return PassResult(work.released, visited, state.cursor, finished, blocked)
 
 
 def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
@@ -180,33 +194,64 @@ def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
         if budget is not None and n >= budget:
             break
         n += 1
-        ack_off = key[-8:]
         index = ack_prefix(k) + suffix
-        if db.get(index) == ack_off:
-            work.batch.delete(index)
+        work.batch.delete_if(index, key[-8:])  # unless a later Ack took the entry over
         work.batch.delete(key)
         work.ops += 1
         work.maybe_commit()
     return n
 
 
+def _fields(readers: dict[bytes, Callable[[bytes], Fields]], value: bytes) -> Fields | None:
+    """``(kind, peer, message id, timestamp)`` of a stored record: the fast reader for the
+    current schemas, the codec for anything else (an older writer schema); None if neither
+    can read it (ingest never stores such a record)."""
+    read = readers.get(value[:10])
+    if read is not None:
+        try:
+            return read(value)
+        except (IndexError, ValueError):
+            pass
+    try:
+        dec = default_codec().decode(value)
+    except CodecError:
+        return None
+    rec = dec.record
+    if dec.name == "Send":
+        return SEND, rec["recipient"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
+    if dec.name == "Ack":
+        return ACK, rec["peer"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
+    if dec.name == "Purge":
+        return PURGE, rec["peer"].encode(), b"", rec["timestamp_ms"]
+    return None
+
+
+def _purging_peers(store: Store, k: int) -> set[bytes]:
+    """Peers with a Purge in the index of ``k`` (Purges are rare: a small set). Purges that
+    ingest adds during a pass lie at or above the base end, so above every GC point."""
+    prefix = purge_prefix(k)
+    return {key[len(prefix):-9] for key in store.db.iterator(prefix=prefix,
+                                                            include_value=False)}
+
+
 def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
            budget: int | None, visited: int) -> tuple[bool, int]:
     store, k, state = work.store, work.k, work.state
-    decode = default_codec().decode
+    readers = _readers()
+    get = store.db.get
+    aprefix, uprefix = ack_prefix(k), purge_prefix(k)
+    purging = _purging_peers(store, k)
     old_enough = now_ms - policy.min_age_ms
     for off, value in store.records(k, state.cursor, point):
         if budget is not None and visited >= budget:
             state.cursor = off
             return False, visited
         visited += 1
-        try:
-            dec = decode(value)
-        except CodecError:  # never stored by ingest; keep it, move on
+        fields = _fields(readers, value)
+        if fields is None:  # never stored by ingest; keep it, move on
             state.cursor = off + 1
             continue
-        rec = dec.record
-        ts = rec["timestamp_ms"]
+        kind, peer, msg_id, ts = fields
         if ts > old_enough:
             if state.blocked_at != off:
                 state.blocked_at, state.blocked_ms = off, now_ms
@@ -214,28 +259,119 @@ def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
             if not skewed or state.blocked_ms > old_enough:
                 state.cursor = off
                 return False, visited
-        if dec.name == "Send":
-            peer, msg_id = rec["recipient"], rec["message_id"]
-            acked = store.ack_offset(k, peer, msg_id)
-            if (acked is not None and acked < point) or store.purged_between(k, peer, off,
-                                                                             point):
+        if kind == SEND:
+            acked = get(aprefix + peer + b"\0" + msg_id)
+            if (acked is not None and _Q.unpack(acked)[0] < point) or (
+                    peer in purging and _purged_between(store, uprefix + peer + b"\0", off,
+                                                        point)):
                 work.delete_record(off)
             else:
                 work.put_pending(peer, msg_id, off)
-        elif dec.name == "Ack":
-            peer, msg_id = rec["peer"], rec["message_id"]
+        elif kind == ACK:
             work.delete_record(off)
             work.release_pending(peer, msg_id)
-            if store.ack_offset(k, peer, msg_id) == off:
+            suffix = peer + b"\0" + msg_id
+            if get(aprefix + suffix) == _Q.pack(off):
                 due = ts + policy.ack_window_ms
-                work.batch.put(_expiry_prefix(k) + _Q.pack(max(0, due)) + _Q.pack(off),
-                               ack_key(k, peer, msg_id)[len(ack_prefix(k)):])
-        elif dec.name == "Purge":
-            peer = rec["peer"]
+                work.batch.put(_expiry_prefix(k) + _Q.pack(max(0, due)) + _Q.pack(off), suffix)
+        else:  # PURGE
             work.delete_record(off)
             work.release_pending(peer, None)
-            work.batch.delete(purge_prefix(k) + peer.encode() + b"\0" + _Q.pack(off))
+            work.batch.delete(uprefix + peer + b"\0" + _Q.pack(off))
         state.cursor = off + 1
         work.maybe_commit()
     state.cursor = max(state.cursor, point)
     return True, visited
+
+
+def _purged_between(store: Store, prefix: bytes, after: int, before: int) -> bool:
+    for _ in store.db.iterator(start=prefix + _Q.pack(after + 1),
+                               stop=prefix + _Q.pack(max(after + 1, before)),
+                               include_value=False):
+        return True
+    return False
+
+
+_READERS: dict[bytes, Callable[[bytes], Fields]] | None = None
+
+
+def _readers() -> dict[bytes, Callable[[bytes], Fields]]:
+    global _READERS
+    if _READERS is None:
+        _READERS = txlog_readers(default_codec())
+    return _READERS
+
+
+class GcWorker:
+    """Runs GC passes on a thread of its own, off the ingest path.
+
+    Every pass visits at most ``pass_records`` records per partition and resumes where the
+    last one stopped, so a pass is short (tens of milliseconds). While work is ready (a pass
+    stopped on its budget) the next pass follows after a pause of ``(1 - share) / share``
+    times the pass's duration, so GC takes at most about ``share`` of the time (and of the
+    interpreter lock) from ingest — ``idle_share`` while ``idle()`` says ingest has slack (it
+    is not catching up a backlog); otherwise (done, or waiting at a record younger than the
+    minimum age) it waits ``gc_interval_ms``.
+    """
+
+    def __init__(self, store: Store, partitions: Callable[[], list[int]],
+                 points: Callable[[], Mapping[str, int]], policy: ReleasePolicy,
+                 on_released: Callable[[int], object] = lambda n: None,
+                 pass_records: int = 1_000, share: float = 0.15,
+                 on_pass: Callable[[dict[int, PassResult]], object] = lambda r: None,
+                 idle: Callable[[], bool] = lambda: False, idle_share: float = 0.5) -> None:
+        self.store, self.partitions, self.points, self.policy = store, partitions, points, policy
+        self.on_released, self.on_pass, self.idle = on_released, on_pass, idle
+        self.pass_records, self.share, self.idle_share = pass_records, share, idle_share
+        self.thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one pass at a time (the thread, or run_once)
+        self.passes = 0
+        self.released = 0
+
+    def run_once(self, now_ms: int | None = None) -> dict[int, PassResult]:
+        """One pass over every partition; returns each partition's result."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        points = self.points()
+        out: dict[int, PassResult] = {}
+        with self._lock:
+            for k in self.partitions():
+                point = points.get(f"txlog/{k}", 0)
+                if point <= 0:
+                    continue
+                out[k] = result = collect(self.store, k, point, self.policy, now,
+                                          self.pass_records)
+                if result.released:
+                    self.released += result.released
+                    self.on_released(result.released)
+            self.passes += 1
+        self.on_pass(out)
+        return out
+
+    def _loop(self) -> None:
+        interval = self.policy.gc_interval_ms / 1000
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                results = self.run_once()
+            except Exception as exc:  # a pass failing must not end GC: retried next time
+                if self._stop.is_set():
+                    return
+                log.warning("GC pass failed, will retry: %s", exc)
+                results = {}
+            took = time.monotonic() - started
+            more = any(r.more for r in results.values())
+            share = self.idle_share if self.idle() else self.share
+            self._stop.wait(max(0.001, took * (1 - share) / share) if more else interval)
+
+    def start(self) -> None:
+        """Start the GC thread."""
+        self._stop.clear()
+        self.thread = threading.Thread(target=self._loop, name="gc", daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the thread after its current pass (a pass is bounded, so this is short)."""
+        self._stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,8 @@ class Batch:
         self.maps: dict[tuple[str, int], IntervalMap] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.applied_ms: int = 0
+        self.floors: dict[tuple[str, int], int] = {}          # floor raises (GC)
+        self.delete_ifs: list[tuple[bytes, bytes]] = []       # (key, value): delete if equal
         # queue keys this batch upserted or deleted: (partition, key) -> (peer, txlog offset)
         # or None (replica.queue_index reads these before the store)
         self.queue_keys: dict[tuple[int, bytes], tuple[str, int] | None] = {}
@@ -168,6 +171,16 @@ class Batch:
         """Delete a raw key."""
         self.wb.delete(key)
 
+    def raise_floor(self, topic: str, partition: int, floor: int) -> None:
+        """Raise the map floor to ``floor`` (capped at the base end) on the map current at
+        commit time — for GC, which runs beside ingest and must not write a stale map."""
+        key = (topic, partition)
+        self.floors[key] = max(floor, self.floors.get(key, 0))
+
+    def delete_if(self, key: bytes, value: bytes) -> None:
+        """Delete ``key`` at commit time if it still holds ``value``."""
+        self.delete_ifs.append((key, value))
+
     def advance(self, topic: str, partition: int, start: int, end: int) -> None:
         """Mark ``[start, end)`` applied and set the position to at least ``end``."""
         self.map(topic, partition).insert(start, end)
@@ -175,7 +188,25 @@ class Batch:
         self.positions[key] = max(end, self.positions.get(key, self.store.position(*key) or 0))
 
     def commit(self) -> None:
-        """Write everything atomically, then publish the new maps and positions."""
+        """Write everything atomically, then publish the new maps and positions. Commits
+        are serialized (ingest and GC run on different threads): maps are merged with the
+        current ones (the floor only rises) and conditional deletes are checked here."""
+        with self.store.lock:
+            self._commit()
+
+    def _commit(self) -> None:
+        for key, floor in self.floors.items():
+            m = self.maps.get(key)
+            if m is None:
+                m = self.maps[key] = self.store.map(*key).copy()
+            m.floor = max(m.floor, min(floor, m.base_end))
+        for key, m in self.maps.items():
+            current = self.store.maps.get(key)
+            if current is not None and m.floor < current.floor <= m.base_end:
+                m.floor = current.floor  # raised by GC since this batch copied the map
+        for raw, value in self.delete_ifs:
+            if self.store.db.get(raw) == value:
+                self.wb.delete(raw)
         for (topic, k), m in self.maps.items():
             self.wb.put(b"M" + _tp(topic, k), m.to_bytes())
         for (topic, k), pos in self.positions.items():
@@ -195,6 +226,7 @@ class Store:
         self.path = Path(path)
         self.node_id = node_id
         self.options = options or StoreOptions()
+        self.lock = threading.RLock()  # serializes Batch commits (ingest, GC, backfill)
         try:
             if create:
                 self.path.mkdir(parents=True, exist_ok=True)

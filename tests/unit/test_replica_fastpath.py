@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import schemas
 from log.codec import Codec, default_codec
 from log.exceptions import CodecError
-from replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_scanners
+from replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_readers, txlog_scanners
 
 CODEC = default_codec()
 SCANNERS = txlog_scanners(CODEC)
@@ -149,3 +149,20 @@ def test_direct_incarnation_takes_the_fast_path() -> None:
             "direct_incarnation": inc})
         assert scan(value) == b""
         assert scan(value[:-1]) is None and scan(value + b"\0") is None
+
+
+READERS = txlog_readers(CODEC)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(sends(), acks(), purges()))
+def test_gc_readers_read_what_the_codec_decodes(value: bytes) -> None:
+    kind, peer, msg_id, ts = READERS[value[:10]](value)
+    rec = CODEC.decode(value).record
+    assert ts == rec["timestamp_ms"]
+    if kind == SEND:
+        assert (peer, msg_id) == (rec["recipient"].encode(), rec["message_id"].encode())
+    elif kind == ACK:
+        assert (peer, msg_id) == (rec["peer"].encode(), rec["message_id"].encode())
+    else:
+        assert kind == PURGE and (peer, msg_id) == (rec["peer"].encode(), b"")
