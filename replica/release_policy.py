@@ -21,6 +21,8 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
   timestamp the entry is dropped (if it still names that Ack).
 - A Purge index entry is dropped when its Purge is visited: every Send before it has been
   decided by then.
+- A DeliveryFailed record (a handler failure of the recipient, kept for delivery counts)
+  goes like a Send of the same (peer, message id): with its Ack, or a Purge of the peer.
 
 Deletions are written in batches of :data:`CHUNK` operations, each with the cursor it
 reaches, so a crash in between resumes there; the interval map floor is raised to the cursor
@@ -223,6 +225,8 @@ def _fields(readers: dict[bytes, Callable[[bytes], Fields]], value: bytes) -> Fi
         return ACK, rec["peer"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
     if dec.name == "Purge":
         return PURGE, rec["peer"].encode(), b"", rec["timestamp_ms"]
+    if dec.name == "DeliveryFailed":  # counts a delivery of (peer, message id): goes like one
+        return SEND, rec["peer"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
     return None
 
 

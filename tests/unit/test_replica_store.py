@@ -204,3 +204,14 @@ def test_a_new_store_stays_new_until_its_rejoin_is_committed(tmp_path: Path) -> 
     store = Store(tmp_path / "s", "n1")
     assert not store.created
     store.close()
+
+
+def test_delivery_failures_go_with_their_ack(tmp_path: Path) -> None:
+    failed = C.encode("DeliveryFailed", {"message_id": "m", "peer": "bob", "environment": "default",
+                                         "sender": "al", "message_type": "t", "reason": "boom",
+                                         "timestamp_ms": NOW - 10_000})
+    store = Store(tmp_path / "s", "n1")
+    apply(store, [send("m"), failed, send("x"), failed.replace(b"boom", b"bang"), ack("m")])
+    assert release(store, 0, 5, ReleasePolicy(), NOW) == 4
+    assert [o for o, _ in store.records(0)] == [2]  # "x" is not acked
+    store.close()
