@@ -1,0 +1,1 @@
+"""Tests (a package, so test module names may repeat across folders)."""
