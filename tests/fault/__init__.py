@@ -1,1 +1,0 @@
-"""Tests (a package, so test module names may repeat across folders)."""
