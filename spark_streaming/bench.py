@@ -91,7 +91,7 @@ class _EntryWatcher(threading.Thread):
         self.settings = settings
         self.arrived: dict[str, float] = {}
         self.stop = threading.Event()
-        self.consumer = Consumer(settings.consumer_config(**{"fetch.wait.max.ms": 10}))
+        self.consumer = Consumer(settings.consumer_config(**{"fetch.wait.max.ms": 50}))
         ends = end_offsets(settings, "queues")
         self.consumer.assign([TopicPartition(settings.topic("queues"), p, o)
                               for p, o in ends.items()])

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from spark_streaming.state_layout import SCHEMAS, Row
+from spark_streaming.state_layout import KEY_SCHEMA, STATE_NAME, VALUE_SCHEMA
 
 __all__ = ["SparkMaps", "GROUP_BYTES"]
 
@@ -57,12 +57,12 @@ def _map_call(name: str, call: int, inner: bytes) -> bytes:
 
 
 class SparkMaps:
-    """:class:`~spark_streaming.state_layout.StateMaps` on a StatefulProcessorHandle's
-    MapStates (registered here, in ``init``); ``stats`` counts requests and round trips."""
+    """:class:`~spark_streaming.state_layout.StateMaps` on the queue state's MapState
+    (registered here, in ``init``); ``stats`` counts requests and round trips."""
 
-    def __init__(self, handle: Any, schemas: dict[str, tuple[str, str]] = SCHEMAS) -> None:
-        self.states = {name: handle.getMapState(name, key, value)
-                       for name, (key, value) in schemas.items()}
+    def __init__(self, handle: Any, name: str = STATE_NAME) -> None:
+        self.name = name
+        self.state = handle.getMapState(name, KEY_SCHEMA, VALUE_SCHEMA)
         self.stats = {"requests": 0, "round_trips": 0, "state_s": 0.0}
         self._api: Any = None
         self._proto: Any = None
@@ -71,12 +71,11 @@ class SparkMaps:
             import pyspark
             import pyspark.sql.streaming.proto.StateMessage_pb2 as proto
             from pyspark.serializers import pickle_protocol
-            first = next(iter(self.states.values()))
-            api = first._mapStateClient._stateful_processor_api_client
+            api = self.state._mapStateClient._stateful_processor_api_client
             if pyspark.__version__.startswith("4.0.") and hasattr(api, "sockfile") \
                     and hasattr(api, "_receive_proto_message") and _same_bytes(proto):
                 self._api, self._proto, self._protocol = api, proto, pickle_protocol
-        except (ImportError, AttributeError, StopIteration):
+        except (ImportError, AttributeError):
             pass
 
     @property
@@ -85,64 +84,63 @@ class SparkMaps:
         return self._api is not None
 
     # ---- StateMaps --------------------------------------------------------------------------
-    def get_many(self, name: str, keys: Sequence[Row]) -> list[Row | None]:
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
             return []
         started = time.perf_counter()
         try:
             if self._api is None:
-                state = self.states[name]
-                return [state.getValue(tuple(k)) for k in keys]
-            dumps = self._dumps
-            requests = [_map_call(name, _GET, _field(1, dumps(k))) for k in keys]
-            return [pickle.loads(value) if value else None
-                    for value in self._pipeline(requests, "getting a value")]
+                rows = [self.state.getValue((k,)) for k in keys]
+            else:
+                dumps, name = self._dumps, self.name
+                requests = [_map_call(name, _GET, _field(1, dumps(k))) for k in keys]
+                rows = [pickle.loads(v) if v else None
+                        for v in self._pipeline(requests, "getting a value")]
+            return [None if r is None else bytes(r[0]) for r in rows]
         finally:
             self._count(len(keys), started)
 
-    def put_many(self, name: str, items: Sequence[tuple[Row, Row]]) -> None:
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
         if not items:
             return
         started = time.perf_counter()
         try:
             if self._api is None:
-                state = self.states[name]
                 for key, value in items:
-                    state.updateValue(tuple(key), tuple(value))
+                    self.state.updateValue((key,), (value,))
                 return
-            dumps = self._dumps
+            dumps, name = self._dumps, self.name
             self._pipeline([_map_call(name, _UPDATE, _field(1, dumps(k)) + _field(2, dumps(v)))
                             for k, v in items], "updating a value")
         finally:
             self._count(len(items), started)
 
-    def remove_many(self, name: str, keys: Sequence[Row]) -> None:
+    def remove_many(self, keys: Sequence[bytes]) -> None:
         if not keys:
             return
         started = time.perf_counter()
         try:
             if self._api is None:
-                state = self.states[name]
                 for key in keys:
-                    state.removeKey(tuple(key))
+                    self.state.removeKey((key,))
                 return
-            dumps = self._dumps
+            dumps, name = self._dumps, self.name
             self._pipeline([_map_call(name, _REMOVE, _field(1, dumps(k))) for k in keys],
                            "removing a key")
         finally:
             self._count(len(keys), started)
 
-    def scan(self, name: str) -> Iterator[tuple[Row, Row]]:
+    def scan(self) -> Iterator[tuple[bytes, bytes]]:
         """Every entry of the group, one Arrow batch per round trip (read eagerly)."""
         started = time.perf_counter()
         try:
             if self._api is None:
-                return iter(list(self.states[name].iterator()))
+                return iter([(bytes(k[0]), bytes(v[0])) for k, v in self.state.iterator()])
             proto, api = self._proto, self._api
             request = proto.StateRequest(stateVariableRequest=proto.StateVariableRequest(
-                mapStateCall=proto.MapStateCall(stateName=name, iterator=proto.Iterator(
+                mapStateCall=proto.MapStateCall(stateName=self.name, iterator=proto.Iterator(
                     iteratorId=str(uuid.uuid4()))))).SerializeToString()
-            out: list[tuple[Row, Row]] = []
+            out: list[tuple[bytes, bytes]] = []
             while True:
                 api.sockfile.write(_HEADER.pack(0, len(request)) + request)
                 api.sockfile.flush()
@@ -152,14 +150,15 @@ class SparkMaps:
                     return iter(out)  # 2: no (more) entries
                 for batch in list(api._read_arrow_state()):
                     keys, values = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-                    out += zip(map(pickle.loads, keys), map(pickle.loads, values), strict=True)
+                    out += [(bytes(pickle.loads(k)[0]), bytes(pickle.loads(v)[0]))
+                            for k, v in zip(keys, values, strict=True)]
         finally:
             self._count(0, started)
 
     # ---- the pipeline -----------------------------------------------------------------------
-    def _dumps(self, row: Row) -> bytes:
-        # What PySpark sends for a row of plain str/int/bool/bytes values: the pickled tuple.
-        return pickle.dumps(tuple(row), self._protocol)
+    def _dumps(self, value: bytes) -> bytes:
+        # What PySpark sends for a one-column binary row: the pickled 1-tuple.
+        return pickle.dumps((value,), self._protocol)
 
     def _pipeline(self, requests: list[bytes], what: str) -> list[bytes]:
         """Send ``requests`` in groups of at most :data:`GROUP_BYTES`; each group's answers

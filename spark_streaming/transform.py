@@ -41,19 +41,17 @@ from spark_streaming.queue_state import (
 )
 from spark_streaming.records import RecordReader
 from spark_streaming.state_layout import (
-    ENTRIES,
-    EXPIRY,
-    PEER_META,
-    Row,
     StateMaps,
+    chunk_key,
     chunk_of,
-    chunk_row,
+    chunk_value,
     entry_key,
-    entry_key_of,
     entry_of,
-    entry_row,
+    entry_value,
+    meta_key,
     meta_of,
-    meta_row,
+    meta_value,
+    split_entry_key,
 )
 
 __all__ = ["OUTPUT_SCHEMA", "INPUT_COLUMNS", "ENTRY", "TOMBSTONE", "DEAD", "MARK",
@@ -67,6 +65,8 @@ OUTPUT_SCHEMA = ("kind string, key binary, value binary, partition int, offset l
 ENTRY, TOMBSTONE, DEAD, MARK = "entry", "tombstone", "dead", "mark"
 _PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer"}
 _COLUMNS = ["kind", "key", "value", "partition", "offset", "reason"]
+_Id = tuple[str, str]                # (peer, message id)
+_ChunkId = tuple[str, int, int]      # (peer, fifo, seq)
 
 
 def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: int) -> Event:
@@ -99,31 +99,33 @@ def apply_batch(maps: StateMaps, events: Mapping[str, list[Event]],
                 ttl: Ttl) -> dict[str, list[Change]]:
     """Apply each peer's events (in offset order) to the state in ``maps``; net changes.
 
-    Reads: the metas of the peers, the entries the events name (a full scan of the group's
-    entries only when a peer is purged), then the due expiry chunks and their ids. Writes
-    every changed row once, at the end. A peer's meta is kept even when it holds nothing
-    else (one small row per peer ever seen): its log clock must never go back.
+    Reads, in one batched call: the metas of the peers and the entries the events name (plus
+    a full scan of the group only when a peer is purged); then, only when some memory is due
+    to expire, the due expiry chunks and their ids. Writes every changed row once, at the
+    end. A peer's meta is kept even when it holds nothing else (one small row per peer ever
+    seen): its log clock must never go back.
     """
     peers = sorted(events)
-    metas = dict(zip(peers, map(meta_of, maps.get_many(PEER_META, [(p,) for p in peers])),
-                     strict=True))
     wanted = [(p, m) for p in peers
               for m in sorted({e.message_id for e in events[p] if e.kind != PURGE})]
-    rows = maps.get_many(ENTRIES, [entry_key(p, m) for p, m in wanted])
-    found: dict[Row, Entry | None] = dict(zip(wanted, map(entry_of, rows), strict=True))
+    values = maps.get_many([meta_key(p) for p in peers] + [entry_key(p, m) for p, m in wanted])
+    metas = {p: meta_of(v) for p, v in zip(peers, values, strict=False)}
+    found: dict[_Id, Entry | None] = {
+        k: entry_of(v) for k, v in zip(wanted, values[len(peers):], strict=True)}
     purged = {p for p in peers if any(e.kind == PURGE for e in events[p])}
     if purged:
-        for key, row in maps.scan(ENTRIES):
-            peer, mid = entry_key_of(key)
-            entry = entry_of(row) if peer in purged else None
-            if entry is not None and entry.queued:
-                found.setdefault((peer, mid), entry)
+        for key, value in maps.scan():
+            where = split_entry_key(key)
+            if where is not None and where[0] in purged:
+                entry = entry_of(value)
+                if entry is not None and entry.queued:
+                    found.setdefault(where, entry)
     by_peer: dict[str, dict[str, Entry | None]] = {p: {} for p in peers}
     for (p, m), entry in found.items():
         by_peer[p][m] = entry
     changes: dict[str, list[Change]] = {}
-    entry_w: dict[Row, Entry | None] = {}
-    chunk_w: dict[Row, Chunk | None] = {}
+    entry_w: dict[_Id, Entry | None] = {}
+    chunk_w: dict[_ChunkId, Chunk | None] = {}
     new_meta: dict[str, PeerMeta] = {}
     for p in peers:
         plan = plan_events(metas[p], by_peer[p], events[p], ttl)
@@ -131,30 +133,28 @@ def apply_batch(maps: StateMaps, events: Mapping[str, list[Event]],
         entry_w.update(((p, m), e) for m, e in plan.writes.items())
         chunk_w.update(((p, c, s), chunk) for c, s, chunk in plan.chunks)
         new_meta[p] = plan.meta
-    _expire(maps, peers, new_meta, found, entry_w, chunk_w)
-    maps.put_many(ENTRIES, [(entry_key(*k), entry_row(e)) for k, e in entry_w.items()
-                            if e is not None])
-    maps.remove_many(ENTRIES, [entry_key(*k) for k, e in entry_w.items() if e is None])
-    maps.put_many(EXPIRY, [(k, chunk_row(c)) for k, c in chunk_w.items() if c is not None])
-    maps.remove_many(EXPIRY, [k for k, c in chunk_w.items() if c is None])
+    _expire(maps, new_meta, found, entry_w, chunk_w)
+    puts = [(entry_key(*k), entry_value(e)) for k, e in entry_w.items() if e is not None]
+    puts += [(chunk_key(*k), chunk_value(c)) for k, c in chunk_w.items() if c is not None]
     # A peer's meta stays even when it holds nothing: its clock must never go back.
-    maps.put_many(PEER_META, [((p,), meta_row(m)) for p, m in new_meta.items()
-                              if m != metas[p]])
+    puts += [(meta_key(p), meta_value(m)) for p, m in new_meta.items() if m != metas[p]]
+    maps.put_many(puts)
+    maps.remove_many([entry_key(*k) for k, e in entry_w.items() if e is None]
+                     + [chunk_key(*k) for k, c in chunk_w.items() if c is None])
     return changes
 
 
-def _expire(maps: StateMaps, peers: list[str], metas: dict[str, PeerMeta],
-            found: dict[Row, Entry | None], entry_w: dict[Row, Entry | None],
-            chunk_w: dict[Row, Chunk | None]) -> None:
+def _expire(maps: StateMaps, metas: dict[str, PeerMeta], found: dict[_Id, Entry | None],
+            entry_w: dict[_Id, Entry | None], chunk_w: dict[_ChunkId, Chunk | None]) -> None:
     """Pop due expiry chunks; record the deletions in ``entry_w``/``chunk_w``, new metas in
     ``metas`` (the reads see this batch's writes first)."""
-    keys = [(p, c, s) for p in peers for c, s in expiry_chunks(metas[p])]
+    keys = [(p, c, s) for p, meta in metas.items() for c, s in expiry_chunks(meta)]
     if not keys:
         return
     unread = [k for k in keys if k not in chunk_w]
-    chunks: dict[Row, Chunk | None] = dict(zip(unread, map(chunk_of,
-                                                           maps.get_many(EXPIRY, unread)),
-                                                           strict=True))
+    chunks: dict[_ChunkId, Chunk | None] = {
+        k: chunk_of(v) for k, v in zip(unread, maps.get_many([chunk_key(*k) for k in unread]),
+                                       strict=True)}
     chunks.update((k, chunk_w[k]) for k in keys if k in chunk_w)
     of_peer: dict[str, dict[tuple[int, int], Chunk | None]] = {}
     for (p, c, s), chunk in chunks.items():
@@ -162,8 +162,8 @@ def _expire(maps: StateMaps, peers: list[str], metas: dict[str, PeerMeta],
     ids = {p: expiry_reads(metas[p], of_peer[p]) for p in of_peer}
     known = {**found, **entry_w}
     unknown = [(p, m) for p in ids for m in ids[p] if (p, m) not in known]
-    rows = maps.get_many(ENTRIES, [entry_key(*k) for k in unknown])
-    known.update(zip(unknown, map(entry_of, rows), strict=True))
+    values = maps.get_many([entry_key(*k) for k in unknown])
+    known.update(zip(unknown, map(entry_of, values), strict=True))
     for p, mine in of_peer.items():
         plan = plan_expiry(metas[p], mine, {m: known.get((p, m)) for m in ids[p]})
         entry_w.update(((p, m), None) for m in plan.deletes)

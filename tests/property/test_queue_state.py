@@ -33,15 +33,7 @@ from spark_streaming.queue_state import (
     queue_key,
     split_queue_key,
 )
-from spark_streaming.state_layout import (
-    ENTRIES,
-    EXPIRY,
-    PEER_META,
-    MemoryMaps,
-    entry_key_of,
-    entry_of,
-    meta_of,
-)
+from spark_streaming.state_layout import MemoryMaps
 from spark_streaming.transform import apply_batch
 
 
@@ -111,7 +103,7 @@ def _batch(maps: MemoryMaps, batch: list[tuple[str, Event]], ttl: Ttl) -> dict:
 
 
 def _entries(maps: MemoryMaps) -> dict[tuple[str, str], Entry]:
-    return {entry_key_of(k): entry_of(v) for k, v in maps.data[ENTRIES].items()}
+    return maps.entries()
 
 
 @settings(max_examples=500, deadline=None)
@@ -146,7 +138,7 @@ def test_batches_and_restarts_match_dict_model(case: Case) -> None:
         stored = _entries(maps)
         assert {k: e.offset for k, e in stored.items() if e.queued} == expected
         for peer, model in models.items():
-            meta = meta_of(maps.data[PEER_META][(peer,)])
+            meta = maps.metas()[peer]
             assert meta.clock == model.clock and meta.queued == len(model.queue)
             live = {m: e.until for (p, m), e in stored.items()
                     if p == peer and not e.queued and e.until > model.clock}
@@ -169,9 +161,8 @@ def test_memories_leave_the_state(case: Case) -> None:
     for i in range(20):  # each batch pops at most GC_CHUNKS chunks per FIFO
         _batch(maps, [(p, Event(SEND, 10**6 + i, end, f"late-{p}", {})) for p in peers], ttl)
     assert all(e.queued for e in _entries(maps).values())
-    assert maps.data[EXPIRY] == {}
-    assert all(meta_of(m).fifos[0].empty and meta_of(m).fifos[1].empty
-               for m in maps.data[PEER_META].values())
+    assert maps.chunk_count() == 0
+    assert all(m.fifos[0].empty and m.fifos[1].empty for m in maps.metas().values())
 
 
 def test_batch_cost_does_not_grow_with_a_backlog() -> None:

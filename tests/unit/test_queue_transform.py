@@ -13,16 +13,7 @@ from log.settings import Settings
 from spark_streaming.checkpoint import default_checkpoint
 from spark_streaming.job import JobOptions, state_partitions
 from spark_streaming.queue_state import MAX_ID_BYTES, Ttl, queue_key
-from spark_streaming.state_layout import (
-    ENTRIES,
-    EXPIRY,
-    PEER_META,
-    MemoryMaps,
-    entry_key,
-    entry_key_of,
-    entry_of,
-    meta_of,
-)
+from spark_streaming.state_layout import MemoryMaps
 from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE, process_rows
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan
@@ -66,20 +57,20 @@ def test_rows_in_offset_order_per_peer_with_dead_letters_and_marks() -> None:
     marks = out[out.kind == MARK]
     assert list(marks.offset) == [9] and list(marks.partition) == [3]
     # one row per message: a's queued "2" and acked "1", b's early ack "9"
-    assert {entry_key_of(k): entry_of(v).queued for k, v in maps.data[ENTRIES].items()} == {
+    assert {k: e.queued for k, e in maps.entries().items()} == {
         ("a", "1"): False, ("a", "2"): True, ("b", "9"): False}
     # the next batch acks a's entry: a tombstone; the id is remembered for the dedup window
     out2 = process_rows(_frame([(b"a", _ack("a", "2"), 0)]), maps, Ttl(0, 500))
     assert list(out2[out2.kind == TOMBSTONE].key) == [queue_key("a", "2").encode()]
     assert out2[out2.kind == TOMBSTONE].value.isna().all()
-    assert not entry_of(maps.data[ENTRIES][entry_key("a", "2")]).queued
+    assert not maps.entries()[("a", "2")].queued
     far = C.encode("Ack", {"message_id": "x", "peer": "a", "environment": "e",
                            "timestamp_ms": 10**6})
     process_rows(_frame([(b"a", far, 0)]), maps, Ttl(0, 0))
     # everything a remembered expired and left the state; its meta (the clock) stays
-    assert [k for k in maps.data[ENTRIES] if entry_key_of(k)[0] == "a"] == []
-    assert meta_of(maps.data[PEER_META][("a",)]).clock == 10**6
-    assert not any(k[0] == "a" for k in maps.data[EXPIRY])
+    assert [k for k in maps.entries() if k[0] == "a"] == []
+    assert maps.metas()["a"].clock == 10**6
+    assert maps.chunk_count("a") == 0 and maps.chunk_count("b") == 1
 
 
 def test_empty_frame() -> None:
