@@ -87,7 +87,11 @@ def test_node_not_in_config(bootstrap: str, tmp_path: Path) -> None:
          "partitions": 2}, "data", [PartitionSpec("p0", (0, 1), ("p0r0",))],
         [NodeSpec("p0r0", "127.0.0.1:1", 0)]))
     from log.settings import load_settings
-    from log.topics import ensure_topics
-    ensure_topics(load_settings(path, env={}))
-    _one_error_line(_cli("replica", "run", "--config", str(path), "--node", "zz"),
-                    "node 'zz' is not in")
+    from log.topics import delete_topic_set, ensure_topics
+    settings = load_settings(path, env={})
+    ensure_topics(settings)
+    try:
+        _one_error_line(_cli("replica", "run", "--config", str(path), "--node", "zz"),
+                        "node 'zz' is not in")
+    finally:
+        delete_topic_set(settings)

@@ -4,13 +4,16 @@ progress, holes counted by position, and the delete.retention rebuild rule."""
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from log.offsets import end_offsets
 from log.producer import LogProducer
-from log.settings import Settings
+from log.settings import Settings, load_settings
+from log.topics import delete_topic_set, ensure_topics
 from replica.ingest import Ingestor
 from replica.store import Store
 from tests.support import wait_for
@@ -24,8 +27,21 @@ def entry(mid: str, offset: int) -> dict:
             "delivery_count": 0}
 
 
-def test_queues_upserts_tombstones_and_rebuild(fresh_settings: Settings, tmp_path: Path) -> None:
-    settings = fresh_settings
+@pytest.fixture
+def own_settings(bootstrap: str) -> Iterator[Settings]:
+    """A topic set of this test's own, deleted afterwards (also on a cluster named by
+    TIDEMARK_BOOTSTRAP)."""
+    settings = load_settings(env={}, bootstrap=bootstrap,
+                             topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
+    ensure_topics(settings)
+    try:
+        yield settings
+    finally:
+        delete_topic_set(settings)
+
+
+def test_queues_upserts_tombstones_and_rebuild(own_settings: Settings, tmp_path: Path) -> None:
+    settings = own_settings
     producer = LogProducer(settings)
     for i in range(3):
         producer.produce("queues", f"bob/m{i}", "QueueEntry", entry(f"m{i}", i), partition=0)
@@ -51,7 +67,9 @@ def test_queues_upserts_tombstones_and_rebuild(fresh_settings: Settings, tmp_pat
 
     # A reader that was away longer than delete.retention.ms rebuilds from a full read.
     stale = Ingestor(settings.with_overrides(queues_delete_retention_ms=1), store, "n1")
-    time.sleep(0.01)  # make the last-applied time older than 1 ms
+    last = store.applied_ms[("queues", 0)]
+    wait_for(lambda: int(time.time() * 1000) - last > 1, 5,
+             what="the last-applied time older than delete.retention.ms (1 ms)")
     stale.assign([0])
     assert store.position("queues", 0) is None  # forgotten, re-read from the log start
     wait_for(lambda: (stale.step(0.2), store.position("queues", 0) == end)[1], 30,

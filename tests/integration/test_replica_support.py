@@ -14,6 +14,8 @@ import grpc
 
 from gossip.service import ReplicaClient as Peers
 from log.offsets import end_offsets
+from log.settings import load_settings
+from log.topics import delete_topic_set
 from replica.config import load_cluster_file
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
@@ -42,6 +44,8 @@ def replica_stack(bootstrap: str, folder: Path, layout: str, min_age_ms: int = 0
         yield stack
     finally:
         LocalStack(folder).down(grace_s=5)  # re-read: CLI calls may have restarted nodes
+        delete_topic_set(load_settings(env={}, bootstrap=bootstrap, partitions=4,
+                                       topic_prefix=os.environ["TIDEMARK_TOPIC_PREFIX"]))
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
