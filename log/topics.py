@@ -154,6 +154,11 @@ def describe_topics(settings: Settings, timeout: float | None = None) -> dict[st
     lookup = Lookup(settings, timeout)
     wanted = [s.name for s in topic_specs(settings)]
     md = _metadata(admin, lookup, wanted)
+    for _ in range(5):  # a topic created a moment ago may not be in every broker's cache yet
+        if all(n in md.topics for n in wanted):
+            break
+        time.sleep(0.2)  # back-off between metadata reads, not a synchronization
+        md = _metadata(admin, lookup, wanted)
     names = [n for n in wanted if n in md.topics]
     resources = [ConfigResource(ConfigResource.Type.TOPIC, n) for n in names]
 
