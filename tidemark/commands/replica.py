@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tidemark.options import cluster_file, env_flag
+from tidemark.options import cluster_file, env_flag, progress
 
 __all__ = ["register"]
 
@@ -41,6 +41,14 @@ def _bench_ingest(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def _bench_gc(args: argparse.Namespace) -> int:
+    from replica.bench import gc_bench
+    result = gc_bench(args.bootstrap or None, args.config, store_records=args.store_records,
+                      ingest_records=args.records, say=progress)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``replica`` and ``bench ingest``."""
     replica = commands.add_parser("replica", help="LevelDB replica nodes")
@@ -71,3 +79,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ingest.add_argument("--dir", default=None, help="scratch folder for the stores")
     ingest.add_argument("--json", action="store_true")
     ingest.set_defaults(func=_bench_ingest)
+    gc = bench.add_parser("gc", help="ingest with GC running on a 1M-record store vs without"
+                                     " (minimum age 0 and 24 h); prints JSON")
+    env_flag(gc, "--config", "config")
+    env_flag(gc, "--bootstrap", "bootstrap")
+    gc.add_argument("--store-records", type=int, default=1_000_000)
+    gc.add_argument("--records", type=int, default=1_000_000)
+    gc.set_defaults(func=_bench_gc)
