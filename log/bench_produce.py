@@ -21,7 +21,7 @@ from log.producer import LogProducer
 from log.settings import Settings
 from log.topics import topic_specs
 
-__all__ = ["bench_produce"]
+__all__ = ["bench_produce", "raw_produce_rate"]
 
 
 def _bench_topic(settings: Settings) -> str:
@@ -39,7 +39,9 @@ def _bench_topic(settings: Settings) -> str:
     return name
 
 
-def _run_raw(settings: Settings, topic: str, keys: list[str], value: bytes) -> float:
+def raw_produce_rate(settings: Settings, topic: str, keys: list[str], value: bytes) -> float:
+    """The raw baseline: msg/s of a plain confluent-kafka producer with the durable settings
+    writing ``value`` under each key, flushed."""
     producer = Producer(settings.producer_config())
     failures = []
 
@@ -89,11 +91,11 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
         "payload": payload, "timestamp_ms": 1_700_000_000_000, "delivery_count": 0})
     raw_value = os.urandom(len(sample))
     progress("warm-up round (not counted)")
-    _run_raw(settings, topic, keys[: messages // 4], raw_value)
+    raw_produce_rate(settings, topic, keys[: messages // 4], raw_value)
     _run_log(settings, keys[: messages // 4], payload)
     raw_rates, log_rates = [], []
     for r in range(rounds):
-        raw_rates.append(_run_raw(settings, topic, keys, raw_value))
+        raw_rates.append(raw_produce_rate(settings, topic, keys, raw_value))
         progress(f"round {r + 1}/{rounds}: raw {raw_rates[-1]:,.0f} msg/s")
         log_rates.append(_run_log(settings, keys, payload))
         progress(f"round {r + 1}/{rounds}: log {log_rates[-1]:,.0f} msg/s")

@@ -23,8 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
+from log.bench_produce import raw_produce_rate
 from log.settings import Settings
 from log.topics import delete_topic_set, ensure_topics
 from peer_client.messages import message, message_type_of
@@ -41,29 +40,6 @@ class BenchPayload:
     """The benchmark's message: an opaque blob."""
 
     data: bytes
-
-
-def _raw_round(settings: Settings, topic: str, keys: list[str], value: bytes) -> float:
-    producer = Producer(settings.producer_config())
-    failures: list[Any] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            failures.append(err)
-
-    produce, poll = producer.produce, producer.poll
-    start = time.perf_counter()
-    for key in keys:
-        try:
-            produce(topic, value, key, on_delivery=on_delivery)
-        except BufferError:
-            poll(0.05)
-            produce(topic, value, key, on_delivery=on_delivery)
-    producer.flush(120)
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise RuntimeError(f"raw producer: {len(failures)} failed deliveries: {failures[0]}")
-    return len(keys) / elapsed
 
 
 def _peer_round(peer: Peer, keys: list[str], msg: BenchPayload, tracked: bool = False
@@ -101,11 +77,11 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
                 "timestamp_ms": int(time.time() * 1000), "delivery_count": 0})
             raw_value, topic = os.urandom(len(sample)), bench.topic("txlog")
             progress("warm-up round (not counted)")
-            _raw_round(bench, topic, keys[: messages // 4], raw_value)
+            raw_produce_rate(bench, topic, keys[: messages // 4], raw_value)
             _peer_round(peer, keys[: messages // 4], msg)
             raw_rates, peer_rates, tracked_rates = [], [], []
             for r in range(rounds):
-                raw_rates.append(_raw_round(bench, topic, keys, raw_value))
+                raw_rates.append(raw_produce_rate(bench, topic, keys, raw_value))
                 progress(f"round {r + 1}/{rounds}: raw {raw_rates[-1]:,.0f} msg/s")
                 peer_rates.append(_peer_round(peer, keys, msg))
                 progress(f"round {r + 1}/{rounds}: Peer.post {peer_rates[-1]:,.0f} msg/s")
