@@ -9,11 +9,14 @@ peers call it through :class:`ReplicaClient` (peers: :meth:`ReplicaClient.replay
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import logging
 import random
 import struct
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
@@ -35,7 +38,8 @@ from log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
            "unpack_records", "gossip_round", "fetch_status", "wait_replicated",
-           "MAX_MESSAGE_BYTES", "StreamHandler", "ReplayStream"]
+           "MAX_MESSAGE_BYTES", "StreamHandler", "ReplayStream", "CLUSTER_METHODS",
+           "register_cluster_secret", "sign_request", "verify_request"]
 
 #: A streaming method: (request messages, context) -> response messages.
 StreamHandler = Callable[[Iterator[bytes], grpc.ServicerContext], Iterable[bytes]]
@@ -73,10 +77,64 @@ def unpack_records(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-class ReplicaClient:
-    """A cache of gRPC channels by address, and raw-bytes unary calls to replica nodes."""
+# ---- node-to-node authentication ---------------------------------------------------------
+#: Methods only members of the cluster may call: gossip, status and backfill. With a cluster
+#: secret configured, a node refuses them (UNAUTHENTICATED) unless the request carries an
+#: HMAC-SHA256 of (method, timestamp, body digest) under that secret, timestamped within
+#: :data:`MAX_SKEW_S`. Peer-facing methods (Pin, Replay, WaitApplied, ...) stay open.
+CLUSTER_METHODS = frozenset({"Gossip", "Status", "Digest", "Fetch"})
+MAX_SKEW_S = 60.0
+_TS_KEY, _MAC_KEY = "x-tidemark-ts", "x-tidemark-mac"
+_SECRETS: dict[str, bytes] = {}  # address -> secret of the cluster file that named it
+_SECRETS_LOCK = threading.Lock()
 
-    def __init__(self) -> None:
+
+def _key(secret: str | bytes) -> bytes:
+    return secret.encode() if isinstance(secret, str) else secret
+
+
+def register_cluster_secret(addresses: Iterable[str], secret: str | bytes) -> None:
+    """Remember that calls to ``addresses`` are signed with ``secret`` (the cluster file a
+    process loads names both: it is in the cluster). Empty secrets are ignored."""
+    if not secret:
+        return
+    with _SECRETS_LOCK:
+        for address in addresses:
+            _SECRETS[address] = _key(secret)
+
+
+def sign_request(secret: str | bytes, method: str, body: bytes,
+                 now_ms: int | None = None) -> list[tuple[str, str]]:
+    """The call metadata proving knowledge of the cluster secret for this request."""
+    ts = str(int(time.time() * 1000) if now_ms is None else now_ms)
+    mac = hmac.new(_key(secret), method.encode() + b"\n" + ts.encode() + b"\n"
+                   + hashlib.sha256(body).digest(), hashlib.sha256).hexdigest()
+    return [(_TS_KEY, ts), (_MAC_KEY, mac)]
+
+
+def verify_request(secret: str | bytes, method: str, body: bytes,
+                   metadata: Iterable[tuple[str, Any]], now_ms: int | None = None) -> str | None:
+    """Why the request is refused, or None when it is signed with ``secret``."""
+    got = {k: v for k, v in metadata}
+    ts, mac = got.get(_TS_KEY), got.get(_MAC_KEY)
+    if not isinstance(ts, str) or not isinstance(mac, str) or not ts.isdigit():
+        return f"{method} is for cluster members: the request is not signed"
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if abs(now - int(ts)) > MAX_SKEW_S * 1000:
+        return f"{method}: the request's timestamp is more than {MAX_SKEW_S:g}s off"
+    expected = sign_request(secret, method, body, int(ts))[1][1]
+    if not hmac.compare_digest(expected, mac):
+        return f"{method}: bad signature (not this cluster's secret)"
+    return None
+
+
+class ReplicaClient:
+    """A cache of gRPC channels by address, and raw-bytes unary calls to replica nodes.
+    Calls to :data:`CLUSTER_METHODS` are signed with ``secret``, else with the secret
+    registered for the address (:func:`register_cluster_secret`), if any."""
+
+    def __init__(self, secret: str | bytes | None = None) -> None:
+        self._secret = _key(secret) if secret else None
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
 
@@ -90,7 +148,12 @@ class ReplicaClient:
 
     def call(self, address: str, name: str, body: bytes, timeout: float = 2.0) -> bytes:
         """Call method ``name`` on ``address``; raises ``grpc.RpcError`` on failure."""
-        return self._channel(address).unary_unary(method_path(name))(body, timeout=timeout)
+        stub = self._channel(address).unary_unary(method_path(name))
+        if name in CLUSTER_METHODS:
+            secret = self._secret or _SECRETS.get(address)
+            if secret:
+                return stub(body, timeout=timeout, metadata=sign_request(secret, name, body))
+        return stub(body, timeout=timeout)
 
     def renew_pin(self, address: str, pin: str, lease_ms: int | None = None) -> dict[str, Any]:
         """``RenewPin``: ``{renewed, expires_ms}`` (``renewed`` False once it expired)."""
@@ -178,13 +241,22 @@ def _wrap_stream(name: str, fn: StreamHandler) -> grpc.RpcMethodHandler:
 
 
 def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
-                 workers: int = 8, streams: Mapping[str, StreamHandler] | None = None
-                 ) -> grpc.Server:
+                 workers: int = 8, streams: Mapping[str, StreamHandler] | None = None,
+                 secret: str | bytes | None = None) -> grpc.Server:
     """Serve ``handlers`` (method name -> bytes handler) and ``streams`` (method name ->
     bidirectional-stream handler, e.g. ``Replay``) on ``address``. A stream holds one of
-    the ``workers`` threads for as long as it runs."""
-    def wrap(fn: Callable[[bytes], bytes]) -> grpc.RpcMethodHandler:
+    the ``workers`` threads for as long as it runs. With ``secret``, calls to
+    :data:`CLUSTER_METHODS` must be signed with it (:func:`sign_request`)."""
+    def wrap(fn: Callable[[bytes], bytes], name: str) -> grpc.RpcMethodHandler:
+        guarded = bool(secret) and name in CLUSTER_METHODS
+
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            if guarded:
+                assert secret
+                why = verify_request(secret, name, request, context.invocation_metadata())
+                if why is not None:
+                    log.warning("refused %s from %s: %s", name, context.peer(), why)
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
             try:
                 return fn(request)
             except Exception as exc:  # report, never kill the server thread
@@ -194,7 +266,7 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
         return grpc.unary_unary_rpc_method_handler(handle)
     server = grpc.server(ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.so_reuseport", 0), *_OPTIONS])
-    methods = {name: wrap(fn) for name, fn in handlers.items()}
+    methods = {name: wrap(fn, name) for name, fn in handlers.items()}
     methods.update({name: _wrap_stream(name, fn) for name, fn in (streams or {}).items()})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     try:
@@ -225,10 +297,12 @@ def gossip_round(client: ReplicaClient, mine: bytes, addresses: Mapping[str, str
     return {n: f.result() for n, f in futures.items()}
 
 
-def fetch_status(addresses: Iterable[str], timeout: float = 5.0) -> dict[str, Any]:
+def fetch_status(addresses: Iterable[str], timeout: float = 5.0,
+                 secret: str | bytes | None = None) -> dict[str, Any]:
     """The status document of the first node that answers; raises :class:`GossipError`
-    naming every address that did not."""
-    client, errors = ReplicaClient(), []
+    naming every address that did not. Signed with ``secret``, else with the secret of the
+    cluster file that named the address (see :class:`ReplicaClient`)."""
+    client, errors = ReplicaClient(secret), []
     try:
         for address in addresses:
             try:

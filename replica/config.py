@@ -9,6 +9,7 @@ bootstrap = "127.0.0.1:9092"
 data_dir = "replicas"        # relative to this file; each node uses data_dir/<node id>
 gossip_interval_ms = 500
 metrics_host = "127.0.0.1"   # optional; default TIDEMARK_METRICS_HOST, else 127.0.0.1
+secret = "..."               # optional; signs gossip, status and backfill calls (HMAC)
 [[cluster.partitions]]
 name = "p0"
 replicas = ["p0r0", "p0r1"]
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gossip.service import register_cluster_secret
 from log import registry
 from log.settings import Settings, load_settings, read_toml
 from replica.exceptions import ClusterConfigError
@@ -90,6 +92,7 @@ class ClusterFile:
     down_after_ms: int = 3000
     sync_writes: bool = False
     metrics_host: str = "127.0.0.1"
+    secret: str = ""  # the cluster secret node-to-node calls are signed with ("" = none)
     release: ReleasePolicy = field(default_factory=ReleasePolicy)
     store: StoreOptions = field(default_factory=StoreOptions)
 
@@ -128,7 +131,7 @@ def load_cluster_file(path: str | os.PathLike[str],
     if not isinstance(cluster, dict):
         raise ClusterConfigError(f"{path}: missing [cluster] table")
     unknown = set(cluster) - {"data_dir", "gossip_interval_ms", "partitions", "down_after_ms",
-                              "sync_writes", "metrics_host"}
+                              "sync_writes", "metrics_host", "secret"}
     if unknown:
         raise ClusterConfigError(f"{path}: unknown key cluster.{sorted(unknown)[0]}")
     nodes_doc = doc.get("nodes", {})
@@ -184,6 +187,12 @@ def load_cluster_file(path: str | os.PathLike[str],
                          _int(store_doc, "write_buffer_mb", 16, where, 1),
                          _int(store_doc, "open_tables", 64, where, 64),
                          _int(store_doc, "table_file_mb", 2, where, 1))
+    secret = cluster.get("secret", "")
+    if not isinstance(secret, str):
+        raise ClusterConfigError(f"{path}: cluster.secret must be a string")
+    # A process that read the cluster's file is in the cluster: its calls to these nodes
+    # are signed (the CLI's `replica status`, tests).
+    register_cluster_secret((n.address for n in nodes.values()), secret)
     data_dir = Path(str(cluster.get("data_dir", "replicas")))
     if not data_dir.is_absolute():
         data_dir = path.resolve().parent / data_dir
@@ -193,19 +202,22 @@ def load_cluster_file(path: str | os.PathLike[str],
                                                f"{path}: cluster", 10),
                        down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
                        sync_writes=bool(cluster.get("sync_writes", False)), release=release,
-                       metrics_host=_metrics_host(cluster, env),
+                       metrics_host=_metrics_host(cluster, env), secret=secret,
                        store=store)
 
 
 def render_cluster_file(kafka: Mapping[str, Any], data_dir: str,
                         partitions: list[PartitionSpec], nodes: list[NodeSpec],
-                        gossip_interval_ms: int = 500, extra: str = "") -> str:
+                        gossip_interval_ms: int = 500, extra: str = "",
+                        secret: str = "") -> str:
     """TOML text for a cluster (used by the local stack and tests)."""
     def q(v: Any) -> str:
         return f'"{v}"' if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
     lines = ["[kafka]"] + [f"{k} = {q(v)}" for k, v in kafka.items()]
     lines += ["", "[cluster]", f"data_dir = {q(data_dir)}",
               f"gossip_interval_ms = {gossip_interval_ms}"]
+    if secret:
+        lines.append(f"secret = {q(secret)}")
     for p in partitions:
         lines += ["", "[[cluster.partitions]]", f"name = {q(p.name)}",
                   f"log_partitions = {list(p.log_partitions)}",

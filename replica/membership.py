@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from gossip.cluster_config import Epoch, Partition
 from gossip.interval_map import IntervalMap
 from gossip.node_state import NodeState
+from gossip.stable_cut import stable_cut
 
-__all__ = ["rejoin_epoch", "PromotionInput", "promotion_step", "promoted_epoch"]
+__all__ = ["rejoin_epoch", "PromotionInput", "promotion_step", "promoted_epoch",
+           "counting_owners", "node_cut"]
 
 
 def rejoin_epoch(epoch: Epoch, node_id: str, store_created: bool, log_has_data: bool
@@ -83,3 +85,25 @@ def promoted_epoch(epoch: Epoch, node_id: str) -> Epoch:
                             tuple(j for j in p.joining if j != node_id))
                   if p is part else p for p in epoch.partitions)
     return epoch.successor(partitions=parts, reason=f"{node_id} caught up")
+
+
+def counting_owners(epoch: Epoch, states: Mapping[str, NodeState]) -> dict[str, list[str]]:
+    """``{tp: nodes}`` counting toward the cut: the epoch's replicas, plus joining replicas
+    that announced ``caught_up`` (they may only lower the cut)."""
+    owners = epoch.owners()
+    for p in epoch.partitions:
+        for j in p.joining:
+            joiner = states.get(j)
+            if joiner is not None and joiner.caught_up:
+                for k in p.log_partitions:
+                    owners[f"txlog/{k}"].append(j)
+    return owners
+
+
+def node_cut(epoch: Epoch, states: Mapping[str, NodeState], previous: Mapping[str, int]
+             ) -> dict[str, int]:
+    """The stable cut a node computes: from the replicas' own reported maps only (never
+    from the cuts other nodes gossip, which a forged or buggy message could raise), never
+    below ``previous`` (this node's own last cut)."""
+    return stable_cut(counting_owners(epoch, states), {n: s.view() for n, s in states.items()},
+                      previous)

@@ -23,7 +23,7 @@ from gossip.gc_point import cluster_gc_point, local_gc_cut
 from gossip.missing import unrecoverable
 from gossip.node_state import NodeState, PartitionRanges
 from gossip.service import ReplicaClient, gossip_round, pack_records, start_server
-from gossip.stable_cut import HoldTracker, cut_holders, stable_cut, stable_cut_ms
+from gossip.stable_cut import HoldTracker, cut_holders, stable_cut_ms
 from log.exceptions import TidemarkError
 from log.offsets import end_offsets
 from replica.backfill import Backfiller, serve_digest
@@ -31,7 +31,14 @@ from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
 from replica.ingest import TOPICS, Ingestor
 from replica.leases import Leases
-from replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
+from replica.membership import (
+    PromotionInput,
+    counting_owners,
+    node_cut,
+    promoted_epoch,
+    promotion_step,
+    rejoin_epoch,
+)
 from replica.metrics import NodeMetrics
 from replica.release_policy import GcWorker
 from replica.replay import ReplayService
@@ -73,7 +80,7 @@ class Node:
         self.removed = False
         self.promoting_since: float | None = None
         self._mine = b""
-        self.peers = ReplicaClient()
+        self.peers = ReplicaClient(cf.secret or None)  # signs gossip and backfill calls
         self.pool = ThreadPoolExecutor(max_workers=8)
 
     # ---- startup ---------------------------------------------------------------------------
@@ -124,7 +131,8 @@ class Node:
             "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin,
             "RenewPin": self.rpc_renew_pin,
             "WaitApplied": self.rpc_wait_applied, "WaitStable": self.rpc_wait_stable},
-            workers=64, streams={"Replay": self.replay.handle})
+            workers=64, streams={"Replay": self.replay.handle},
+            secret=self.cf.secret or None)  # gossip, status, backfill: cluster members only
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
         log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
                  epoch.epoch, self._partition().log_partitions, self.metrics.port)
@@ -287,19 +295,8 @@ class Node:
     def _recompute(self) -> None:
         with self.lock:
             views = {n: s.view() for n, s in self.states.items()}
-            owners = self.epoch.owners()
-            for p in self.epoch.partitions:
-                for j in p.joining:
-                    joiner = self.states.get(j)
-                    if joiner is not None and joiner.caught_up:
-                        for k in p.log_partitions:
-                            owners[f"txlog/{k}"].append(j)
-            adopted = dict(self.ust)
-            for s in self.states.values():  # every node's cut is honest, so the max is too
-                for tp, o in s.ust.items():
-                    if tp in owners:
-                        adopted[tp] = max(adopted.get(tp, 0), o)
-            ust = stable_cut(owners, views, adopted)
+            owners = counting_owners(self.epoch, self.states)
+            ust = node_cut(self.epoch, self.states, self.ust)  # from the replicas' own maps
             ust_ms = stable_cut_ms(owners, views, self.ust_ms)
             gc_cuts = {n: v.gc_cut for n, v in views.items()}
             gc = cluster_gc_point(owners, gc_cuts, ust, self.gc_point)
@@ -389,6 +386,9 @@ class Node:
 
     def _receive(self, state: NodeState) -> None:
         node = state.node_id
+        if state.timestamp_ms > time.time() * 1000 + 60_000:
+            log.warning("ignoring a state of %s stamped in the future", node)
+            return  # it would shadow the node's real states for good
         with self.lock:
             if node == self.node_id or node not in self.epoch.nodes:
                 return  # removed nodes are no longer listened to

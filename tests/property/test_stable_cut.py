@@ -5,8 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gossip.cluster_config import Epoch, Partition
 from gossip.interval_map import IntervalMap
+from gossip.node_state import NodeState, PartitionRanges
 from gossip.stable_cut import HoldTracker, ReplicaView, cut_holders, stable_cut
+from replica.membership import node_cut
 
 REPLICAS = ["r0", "r1", "r2"]
 TPS = ["txlog/0", "txlog/1"]
@@ -57,3 +60,29 @@ def test_hold_tracker_reports_longest() -> None:
     t.update(["b", "a"], 2.0)
     assert t.update(["b", "a"], 4.5) == {"node": "b", "seconds": 3.5}
     assert t.update(["a"], 5.0) == {"node": "a", "seconds": 3.0}
+
+
+# Adversarial gossip: every field of every NodeState is arbitrary — its own map (base end),
+# the cut it claims (``ust``), ``caught_up``, even states of nodes that are not replicas.
+_NODES = ["a", "b", "j", "x"]   # a, b: replicas; j: joining; x: not a replica of p0
+_state = st.builds(
+    lambda node, end, claimed, caught_up, ts: NodeState(
+        node, 1, ts, caught_up,
+        tuple(PartitionRanges("txlog", k, 0, end, end + 5) for k in (0, 1)),
+        ust={"txlog/0": claimed, "txlog/1": claimed}),
+    st.sampled_from(_NODES), st.integers(0, 1000), st.integers(0, 1 << 40), st.booleans(),
+    st.integers(0, 10))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_state, max_size=8), st.integers(0, 500))
+def test_no_cut_exceeds_what_the_replicas_own_maps_justify(states, previous) -> None:
+    epoch = Epoch(1, None, 2, {n: f"h:{i}" for i, n in enumerate(_NODES)},
+                  (Partition("p0", (0, 1), ("a", "b"), ("j",)),))
+    by_node = {s.node_id: s for s in states}  # what a node keeps: one state per node
+    prev = {"txlog/0": previous, "txlog/1": previous}
+    cut = node_cut(epoch, by_node, prev)
+    for tp in ("txlog/0", "txlog/1"):
+        own = [by_node[r].view().base[tp][1] for r in ("a", "b") if r in by_node]
+        justified = min(own) if len(own) == 2 else 0
+        assert cut[tp] <= max(previous, justified), (tp, cut, by_node)

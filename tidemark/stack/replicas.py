@@ -8,6 +8,7 @@ that runs ``tidemark replica run`` and is ready when its gRPC port accepts conne
 from __future__ import annotations
 
 import re
+import secrets
 import sys
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def parse_layout(layout: str) -> tuple[int, int]:
 
 def write_cluster_file(path: Path, kafka: dict, layout: str, log_partitions: int,
                        gossip_interval_ms: int = 500, extra: str = "") -> Path:
-    """Write a cluster TOML for ``layout`` with free loopback ports."""
+    """Write a cluster TOML for ``layout`` with free loopback ports and a random cluster
+    secret (gossip, status and backfill calls are signed with it)."""
     n_parts, n_reps = parse_layout(layout)
     if n_parts > log_partitions:
         raise ClusterConfigError(f"{n_parts} replica partitions need at least as many log "
@@ -43,7 +45,7 @@ def write_cluster_file(path: Path, kafka: dict, layout: str, log_partitions: int
                            tuple(f"p{i}r{j}" for j in range(n_reps))) for i in range(n_parts)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_cluster_file(kafka, "replicas", parts, nodes, gossip_interval_ms,
-                                        extra))
+                                        extra, secret=secrets.token_hex(32)))  # signs gossip
     return path
 
 
