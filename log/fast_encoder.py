@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["compile_encoder"]
+__all__ = ["compile_encoder", "varint", "zigzag_long"]
 
 _SIMPLE = ("string", "bytes", "int", "long", "boolean")
 _LEN = [bytes((n << 1,)) for n in range(64)]
@@ -21,10 +21,8 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def _zigzag(n: int, lo: int = _LONG_MIN, hi: int = _LONG_MAX) -> bytes:
-    if not lo <= n <= hi:
-        raise ValueError(f"{n} is out of range for an Avro {'int' if hi == _INT_MAX else 'long'}")
-    n = (n << 1) ^ (n >> 63)
+def varint(n: int) -> bytes:
+    """Unsigned base-128 varint of ``n >= 0`` (Avro after zigzag; protobuf's varint)."""
     if n < 0x80:
         return bytes((n,))
     out = bytearray()
@@ -33,6 +31,17 @@ def _zigzag(n: int, lo: int = _LONG_MIN, hi: int = _LONG_MAX) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def _zigzag(n: int, lo: int = _LONG_MIN, hi: int = _LONG_MAX) -> bytes:
+    if not lo <= n <= hi:
+        raise ValueError(f"{n} is out of range for an Avro {'int' if hi == _INT_MAX else 'long'}")
+    return varint((n << 1) ^ (n >> 63))
+
+
+def zigzag_long(n: int) -> bytes:
+    """Avro encoding of a long (range-checked zigzag varint)."""
+    return _zigzag(n)
 
 
 def _int(n: int) -> bytes:

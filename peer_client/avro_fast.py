@@ -8,6 +8,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from log.fast_encoder import varint as _base128
+
 __all__ = ["varint", "long_bytes", "string_bytes", "bytes_bytes", "compile_object_encoder",
            "SendEncoder"]
 
@@ -23,13 +25,7 @@ def long_bytes(n: int) -> bytes:
         return _SMALL[n]
     if not -(1 << 63) <= n < (1 << 63):
         raise ValueError(f"{n} is out of range for an Avro long")
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    return _base128((n << 1) ^ (n >> 63))
 
 
 def int_bytes(n: int) -> bytes:

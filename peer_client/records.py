@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from log.codec import Codec, default_codec
+from log.fast_encoder import varint
 
 __all__ = ["PEER_SCHEMAS", "peer_codec", "mark_direct", "Envelope", "encode_varint"]
 
@@ -26,13 +27,7 @@ def peer_codec() -> Codec:
 
 def encode_varint(n: int) -> bytes:
     """Avro zigzag varint of a non-negative length."""
-    n <<= 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return varint(n << 1)
 
 
 def mark_direct(send_value: bytes, incarnation: str) -> bytes:

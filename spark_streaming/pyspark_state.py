@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from log.fast_encoder import varint
 from spark_streaming.state_layout import KEY_SCHEMA, STATE_NAME, VALUE_SCHEMA
 
 __all__ = ["SparkMaps", "GROUP_BYTES"]
@@ -37,18 +38,9 @@ _HEADER = struct.Struct("!ii")  # message version 0, length
 _GET, _UPDATE, _REMOVE = 3, 5, 9
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def _map_call(name: str, call: int, inner: bytes) -> bytes:
