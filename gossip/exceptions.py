@@ -6,7 +6,8 @@ from log.exceptions import TidemarkError
 
 __all__ = ["GossipError", "EpochError", "NodeUnreachableError", "DurabilityTimeoutError",
            "ReplayError", "ReplayRefusedError", "QueuesBehindError", "ReplayInterruptedError",
-           "PinExpiredError", "ReplicaBusyError", "REPLAY_ERRORS"]
+           "PinExpiredError", "ReplicaBusyError", "PeerAuthError", "PeerForbiddenError",
+           "REPLAY_ERRORS"]
 
 
 class GossipError(TidemarkError):
@@ -67,7 +68,21 @@ class ReplayInterruptedError(ReplayError):
         self.last_offset = last_offset
 
 
+class PeerAuthError(ReplayError):
+    """A peer-facing call (replay, pin, renew, unpin, ack) without a valid peer token: none,
+    malformed, not signed for this cluster, or expired. Nothing was streamed or changed."""
+
+    status = "UNAUTHENTICATED"
+
+
+class PeerForbiddenError(PeerAuthError):
+    """A valid peer token, but not for this: another peer's queue or pin, or a token of
+    another environment. Nothing was streamed or changed."""
+
+    status = "PERMISSION_DENIED"
+
+
 #: The replay errors a server reports by name (trailing metadata ``tidemark-error``).
 REPLAY_ERRORS: dict[str, type[ReplayError]] = {
     c.__name__: c for c in (ReplayError, ReplayRefusedError, QueuesBehindError, PinExpiredError,
-                            ReplicaBusyError)}
+                            ReplicaBusyError, PeerAuthError, PeerForbiddenError)}

@@ -33,7 +33,8 @@ from gossip.exceptions import (
 )
 
 __all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE",
-           "encode_entries", "decode_entries", "DEFAULT_BATCH", "DEFAULT_WINDOW"]
+           "encode_entries", "decode_entries", "DEFAULT_BATCH", "DEFAULT_WINDOW",
+           "request_peer"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,18 @@ _META = struct.Struct(">III")
 _REC = struct.Struct(">QI")
 
 CallJson = Callable[[str, str, Mapping[str, Any], float], Any]
+
+
+def request_peer(first: bytes | None) -> str | None:
+    """The peer whose queue the first message of a ``Replay`` asks for, read exactly as the
+    replica reads it (``str(request["peer"])``); None if unreadable (the replica then
+    refuses the request as malformed)."""
+    if first is None:
+        return None
+    try:
+        return str(json.loads(first)["peer"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
 
 
 class ReplayEntry(NamedTuple):
@@ -198,6 +211,12 @@ class ReplayStream:
                     log.warning("pin %s of %s on %s expired", self.pin, self.peer, self.address)
                     return
             except grpc.RpcError as exc:  # the replica is away: try again next period
+                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                  grpc.StatusCode.PERMISSION_DENIED):
+                    log.error("renewing pin %s on %s refused: %s", self.pin, self.address,
+                              exc.details())
+                    self.pin_lost = True
+                    return
                 log.debug("renewing pin %s on %s failed: %s", self.pin, self.address,
                           exc.code())
 

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from itertools import chain
 from typing import Any
 
 import grpc
@@ -28,18 +29,20 @@ from gossip.exceptions import (
     DurabilityTimeoutError,
     GossipError,
     NodeUnreachableError,
+    PeerAuthError,
     ReplayError,
     ReplayInterruptedError,
     ReplicaBusyError,
 )
 from gossip.node_state import NodeState
-from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, ERROR_KEY, ReplayStream
+from gossip.peer_auth import TOKEN_KEY, authorize_peer, configured_token, issue_token, serving_as
+from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, ERROR_KEY, ReplayStream, request_peer
 from log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
            "unpack_records", "gossip_round", "fetch_status", "wait_replicated",
            "MAX_MESSAGE_BYTES", "StreamHandler", "ReplayStream", "CLUSTER_METHODS",
-           "register_cluster_secret", "sign_request", "verify_request"]
+           "PEER_METHODS", "register_cluster_secret", "sign_request", "verify_request"]
 
 #: A streaming method: (request messages, context) -> response messages.
 StreamHandler = Callable[[Iterator[bytes], grpc.ServicerContext], Iterable[bytes]]
@@ -81,8 +84,14 @@ def unpack_records(data: bytes) -> list[tuple[int, bytes]]:
 #: Methods only members of the cluster may call: gossip, status and backfill. With a cluster
 #: secret configured, a node refuses them (UNAUTHENTICATED) unless the request carries an
 #: HMAC-SHA256 of (method, timestamp, body digest) under that secret, timestamped within
-#: :data:`MAX_SKEW_S`. Peer-facing methods (Pin, Replay, WaitApplied, ...) stay open.
+#: :data:`MAX_SKEW_S`.
 CLUSTER_METHODS = frozenset({"Gossip", "Status", "Digest", "Fetch"})
+#: Methods acting on one peer's queue or pins. With a cluster secret and an environment, a
+#: node serves them only to a peer token of this environment (:mod:`gossip.peer_auth`)
+#: naming the peer concerned (``Replay``: the request's ``peer``; pins: their owner, checked
+#: in ``replica.leases``), or to a cluster member's signed call (unary ones). ``WaitApplied``
+#: and ``WaitStable`` read nothing of any queue and stay open.
+PEER_METHODS = frozenset({"Replay", "Pin", "RenewPin", "Unpin"})
 MAX_SKEW_S = 60.0
 _TS_KEY, _MAC_KEY = "x-tidemark-ts", "x-tidemark-mac"
 _SECRETS: dict[str, bytes] = {}  # address -> secret of the cluster file that named it
@@ -131,7 +140,11 @@ def verify_request(secret: str | bytes, method: str, body: bytes,
 class ReplicaClient:
     """A cache of gRPC channels by address, and raw-bytes unary calls to replica nodes.
     Calls to :data:`CLUSTER_METHODS` are signed with ``secret``, else with the secret
-    registered for the address (:func:`register_cluster_secret`), if any."""
+    registered for the address (:func:`register_cluster_secret`), if any. Calls to
+    :data:`PEER_METHODS` carry a peer token when given one, else are signed the same way.
+    A replay's token (:meth:`replay`): the ``token`` argument, else the process's setting
+    (``TIDEMARK_PEER_TOKEN`` / ``_FILE``), else, in a process holding the cluster secret
+    (a member: tests and tools of the local stack), one it issues for the peer itself."""
 
     def __init__(self, secret: str | bytes | None = None) -> None:
         self._secret = _key(secret) if secret else None
@@ -146,14 +159,28 @@ class ReplicaClient:
                                                                            options=_OPTIONS)
             return channel
 
-    def call(self, address: str, name: str, body: bytes, timeout: float = 2.0) -> bytes:
+    def call(self, address: str, name: str, body: bytes, timeout: float = 2.0,
+             token: str | None = None) -> bytes:
         """Call method ``name`` on ``address``; raises ``grpc.RpcError`` on failure."""
         stub = self._channel(address).unary_unary(method_path(name))
-        if name in CLUSTER_METHODS:
+        if token and name in PEER_METHODS:
+            return stub(body, timeout=timeout, metadata=((TOKEN_KEY, token),))
+        if name in CLUSTER_METHODS or name in PEER_METHODS:
             secret = self._secret or _SECRETS.get(address)
             if secret:
                 return stub(body, timeout=timeout, metadata=sign_request(secret, name, body))
         return stub(body, timeout=timeout)
+
+    def peer_token(self, address: str, peer_id: str, environment: str,
+                   token: str | None = None) -> str | None:
+        """The token a replay of ``peer_id`` on ``address`` presents (see the class doc)."""
+        if token:
+            return token
+        configured = configured_token()
+        if configured:
+            return configured
+        secret = self._secret or _SECRETS.get(address)
+        return issue_token(secret, environment, peer_id) if secret else None
 
     def renew_pin(self, address: str, pin: str, lease_ms: int | None = None) -> dict[str, Any]:
         """``RenewPin``: ``{renewed, expires_ms}`` (``renewed`` False once it expired)."""
@@ -165,7 +192,8 @@ class ReplicaClient:
     def replay(self, address: str, peer_id: str, environment: str, batch: int = DEFAULT_BATCH,
                window: int = DEFAULT_WINDOW, *, lease_ms: int | None = None,
                barrier_timeout_ms: int | None = None, after_offset: int = -1,
-               auto_renew: bool = True, node: str = "") -> ReplayStream:
+               auto_renew: bool = True, node: str = "", token: str | None = None
+               ) -> ReplayStream:
         """Open a replay of ``peer_id``'s queue on the replica at ``address``.
 
         Returns once the replica pinned the GC point at the barrier (the stream's ``barrier``
@@ -173,7 +201,10 @@ class ReplicaClient:
         ``ack(n)`` what was processed, ``close()``. ``after_offset`` skips entries up to that
         txlog offset (a retry after an interrupted replay). Raises
         :class:`~gossip.exceptions.NodeUnreachableError` if the replica does not answer and
-        :class:`~gossip.exceptions.ReplayRefusedError` if it refuses (environment, partition).
+        :class:`~gossip.exceptions.ReplayRefusedError` if it refuses (environment, partition),
+        :class:`~gossip.exceptions.PeerAuthError` (no or bad ``token``) or
+        :class:`~gossip.exceptions.PeerForbiddenError` (the token names another peer or
+        environment) before anything is streamed.
         """
         request: dict[str, Any] = {"peer": peer_id, "environment": environment,
                                    "batch": batch, "window": window,
@@ -183,8 +214,13 @@ class ReplicaClient:
         if barrier_timeout_ms is not None:
             request["barrier_timeout_ms"] = barrier_timeout_ms
         call = self._channel(address).stream_stream(method_path("Replay"))
-        return ReplayStream(lambda requests: call(requests), address, request,
-                            self.call_json, node=node, auto_renew=auto_renew)
+        tok = self.peer_token(address, peer_id, environment, token)
+        metadata = ((TOKEN_KEY, tok),) if tok else None
+
+        def call_json(addr: str, name: str, body: Mapping[str, Any], timeout: float) -> Any:
+            return self.call_json(addr, name, body, timeout, token=tok)
+        return ReplayStream(lambda requests: call(requests, metadata=metadata), address,
+                            request, call_json, node=node, auto_renew=auto_renew)
 
     def replay_any(self, epoch: Epoch, peer_id: str, environment: str,
                    exclude: Collection[str] = (), **options: Any) -> ReplayStream:
@@ -211,9 +247,10 @@ class ReplicaClient:
             + (": " + "; ".join(errors) if errors else ": no candidate replica"))
 
     def call_json(self, address: str, name: str, body: Mapping[str, Any],
-                  timeout: float = 5.0) -> Any:
+                  timeout: float = 5.0, token: str | None = None) -> Any:
         """A JSON-bodied call."""
-        return json.loads(self.call(address, name, json.dumps(body).encode(), timeout))
+        return json.loads(self.call(address, name, json.dumps(body).encode(), timeout,
+                                    token))
 
     def close(self) -> None:
         """Close every channel."""
@@ -223,11 +260,29 @@ class ReplicaClient:
             self._channels.clear()
 
 
-def _wrap_stream(name: str, fn: StreamHandler) -> grpc.RpcMethodHandler:
+def _token(context: grpc.ServicerContext) -> str | None:
+    got = dict(context.invocation_metadata())
+    token = got.get(TOKEN_KEY)
+    return token if isinstance(token, str) else None
+
+
+def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None,
+                 environment: str | None = None) -> grpc.RpcMethodHandler:
     """A stream-stream handler whose :class:`ReplayError` ends the call with the error's
-    status code, its message, and its class name in trailing metadata."""
+    status code, its message, and its class name in trailing metadata. With ``secret`` and
+    ``environment``, a :data:`PEER_METHODS` stream needs a peer token of ``environment``
+    naming the peer of its first message (:func:`gossip.replay.request_peer`): otherwise it
+    ends with :class:`PeerAuthError` or ``PeerForbiddenError`` before ``fn`` runs."""
+    guarded = bool(secret) and bool(environment) and name in PEER_METHODS
+
     def handle(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         try:
+            if guarded:
+                assert secret and environment
+                first = next(requests, None)  # names the peer (None: fn refuses the request)
+                authorize_peer(secret, _token(context), environment, request_peer(first),
+                               what=name)
+                requests = chain([] if first is None else [first], requests)
             yield from fn(requests, context)
         except ReplayError as exc:
             log.warning("%s refused or failed: %s", name, exc)
@@ -242,13 +297,30 @@ def _wrap_stream(name: str, fn: StreamHandler) -> grpc.RpcMethodHandler:
 
 def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                  workers: int = 8, streams: Mapping[str, StreamHandler] | None = None,
-                 secret: str | bytes | None = None) -> grpc.Server:
+                 secret: str | bytes | None = None,
+                 environment: str | None = None) -> grpc.Server:
     """Serve ``handlers`` (method name -> bytes handler) and ``streams`` (method name ->
     bidirectional-stream handler, e.g. ``Replay``) on ``address``. A stream holds one of
     the ``workers`` threads for as long as it runs. With ``secret``, calls to
-    :data:`CLUSTER_METHODS` must be signed with it (:func:`sign_request`)."""
+    :data:`CLUSTER_METHODS` must be signed with it (:func:`sign_request`); with ``secret`` and
+    ``environment`` too, calls to :data:`PEER_METHODS` need a peer token of ``environment``
+    (or, unary ones, a member's signature); the handler runs as the token's peer
+    (:func:`gossip.peer_auth.serving_peer`), and a :class:`PeerAuthError` it raises ends
+    the call with that error's status."""
+    peer_auth = bool(secret) and bool(environment)
+
+    def authorize(name: str, request: bytes, context: grpc.ServicerContext) -> Any:
+        """The serving peer's claims; None for a member's signed call; raises."""
+        assert secret and environment
+        metadata = context.invocation_metadata()
+        token = _token(context)
+        if token is None and verify_request(secret, name, request, metadata) is None:
+            return None
+        return authorize_peer(secret, token, environment, what=name)
+
     def wrap(fn: Callable[[bytes], bytes], name: str) -> grpc.RpcMethodHandler:
         guarded = bool(secret) and name in CLUSTER_METHODS
+        for_peers = peer_auth and name in PEER_METHODS
 
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
             if guarded:
@@ -258,7 +330,13 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                     log.warning("refused %s from %s: %s", name, context.peer(), why)
                     context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
             try:
-                return fn(request)
+                with serving_as(authorize(name, request, context) if for_peers else None):
+                    return fn(request)
+            except PeerAuthError as exc:
+                log.warning("refused %s from %s: %s", name, context.peer(), exc)
+                context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+                context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
+                raise  # unreachable: abort raises
             except Exception as exc:  # report, never kill the server thread
                 log.warning("rpc failed: %s", exc)
                 context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
@@ -267,7 +345,8 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     server = grpc.server(ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.so_reuseport", 0), *_OPTIONS])
     methods = {name: wrap(fn, name) for name, fn in handlers.items()}
-    methods.update({name: _wrap_stream(name, fn) for name, fn in (streams or {}).items()})
+    methods.update({name: _wrap_stream(name, fn, secret, environment)
+                    for name, fn in (streams or {}).items()})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
     try:
         port = server.add_insecure_port(address)

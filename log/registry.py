@@ -146,6 +146,11 @@ SETTINGS: tuple[Setting, ...] = (
     # replica nodes
     Setting("metrics_host", "TIDEMARK_METRICS_HOST", "str", "127.0.0.1",
             "address replica nodes serve Prometheus metrics on (0.0.0.0 in containers)"),
+    # peers
+    Setting("peer_token", "TIDEMARK_PEER_TOKEN", "str", "",
+            "a peer's credential for replay and pins (`tidemark peer token PEER`)"),
+    Setting("peer_token_file", "TIDEMARK_PEER_TOKEN_FILE", "path", None,
+            "file holding a peer's token, read when TIDEMARK_PEER_TOKEN is unset"),
     # Spark queues job
     Setting("spark_checkpoint", "TIDEMARK_SPARK_CHECKPOINT", "path", None,
             "checkpoint folder of the queues job (default: STATE_DIR/spark/PREFIXcheckpoint)"),
@@ -153,6 +158,9 @@ SETTINGS: tuple[Setting, ...] = (
             "how long an ack that beat its Send is remembered"),
     Setting("dedup_window", "TIDEMARK_DEDUP_WINDOW", "duration", "10m",
             "how long an acked or purged id is remembered to drop a late duplicate Send"),
+    Setting("delivery_limit", "TIDEMARK_DELIVERY_LIMIT", "int", 5,
+            "failed deliveries (DeliveryFailed records) after which the queues job moves a"
+            " message to deadletter"),
     Setting("spark_master", "TIDEMARK_SPARK_MASTER", "str", None,
             "Spark master (default local[2]; under spark-submit, its own)"),
     Setting("spark_conf", "TIDEMARK_SPARK_CONF", "str", "",

@@ -9,6 +9,12 @@ the node starts, so a restarted replica still holds the pins of running replays.
 wall-clock time (it has to mean the same thing after a restart). A renewal is persisted
 only once it moves the stored expiry by at least :data:`PERSIST_STEP_MS` (one LevelDB put
 per second per pin at most), so a restarted node may expire a pin up to that much early.
+
+A pin belongs to its ``owner`` (the replaying peer). When a peer's call is being served
+(``gossip.peer_auth.serving_peer``: the gRPC layer authenticated its token), it may only
+grant pins owned by itself and renew or release its own; another peer's pin is refused with
+:class:`~gossip.exceptions.PeerForbiddenError`. The node's own work and cluster members
+are not restricted.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gossip.gc_point import clamp_pin
+from gossip.peer_auth import check_owner
 from replica.store import PIN_PREFIX, Store, pin_key
 
 __all__ = ["Lease", "Leases", "PERSIST_STEP_MS", "DEFAULT_LEASE_MS"]
@@ -135,7 +142,9 @@ class Leases:
     def grant(self, barrier: Mapping[str, int], gc_point: Mapping[str, int],
               lease_ms: int | None = None, owner: str = "") -> Lease:
         """A new pin at ``barrier``, raised to the GC point (what GC released cannot be
-        held), expiring ``lease_ms`` from now unless renewed."""
+        held), expiring ``lease_ms`` from now unless renewed. A peer being served may only
+        pin for itself (``owner`` defaults to it)."""
+        owner = check_owner(owner, "Pin", new=True)
         now, ms = self._clock(), clamp_lease(lease_ms)
         lease = Lease(uuid.uuid4().hex, clamp_pin(barrier, gc_point), ms, now + ms, owner, now)
         with self._lock:
@@ -151,6 +160,7 @@ class Leases:
             lease = self._leases.get(pin)
             if lease is None or lease.expires_ms <= now:
                 return None
+            check_owner(lease.owner, "RenewPin")
             if lease_ms is not None:
                 lease.lease_ms = clamp_lease(lease_ms)
             lease.expires_ms = max(lease.expires_ms, now + lease.lease_ms)
@@ -162,6 +172,9 @@ class Leases:
     def release(self, pin: str) -> bool:
         """Drop ``pin``; whether it was held."""
         with self._lock:
+            held = self._leases.get(pin)
+            if held is not None:
+                check_owner(held.owner, "Unpin")
             lease = self._leases.pop(pin, None)
             if lease is not None:
                 self._forget(pin)

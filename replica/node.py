@@ -88,6 +88,9 @@ class Node:
         """Open the store, read the config to its end, serve, assign partitions."""
         self.store = Store(self.cf.data_dir / self.node_id, self.node_id,
                            options=self.cf.store)
+        if self.store.adopted_from:
+            log.warning("%s adopted a copy of %s's store: its ranges are gaps until verified "
+                        "against a peer by digest", self.node_id, self.store.adopted_from)
         self.config = ConfigLog(self.settings)
         try:
             epoch = self.config.read_to_end()
@@ -132,7 +135,8 @@ class Node:
             "RenewPin": self.rpc_renew_pin,
             "WaitApplied": self.rpc_wait_applied, "WaitStable": self.rpc_wait_stable},
             workers=64, streams={"Replay": self.replay.handle},
-            secret=self.cf.secret or None)  # gossip, status, backfill: cluster members only
+            secret=self.cf.secret or None,  # gossip, status, backfill: cluster members only
+            environment=self.settings.environment)  # replay, pins: peer tokens of this env
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
         log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
                  epoch.epoch, self._partition().log_partitions, self.metrics.port)
@@ -341,7 +345,8 @@ class Node:
             peer_maps = {n: m[tp] for n, m in maps.items() if tp in m and n != self.node_id}
             try:
                 self.backfiller.step(k, peer_maps, addresses,
-                                     on_copied=self.metrics.backfilled.inc)
+                                     on_copied=self.metrics.backfilled.inc,
+                                     on_skipped=self.metrics.backfill_skipped.inc)
             except Exception as exc:  # a peer went away mid-copy: retry next tick
                 log.warning("backfill of %s paused: %s", tp, exc)
             holders = self.epoch.holders()[tp]
