@@ -3,13 +3,16 @@
 :func:`decide` is pure: hold back (live message during replay), drop (duplicate id), fail
 (unknown type, no handler, malformed payload: reported, never fatal, never acked) or run.
 The :class:`Inbox` applies decisions; the :class:`Job` runs a handler and then acks or
-records the failure.
+records the failure. Once the peer is stopping nothing new runs: a message that arrives then
+(from any path: direct, replay, the txlog follower) is dropped unacked and not remembered,
+so it is delivered again to the next incarnation, never handled after the acks were flushed.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +24,14 @@ from peer_client.handlers import Handler, HandlerRegistry
 from peer_client.messages import lookup
 from peer_client.records import Envelope
 
-__all__ = ["Decision", "decide", "Job", "Inbox", "HOLD", "DROP", "FAIL", "RUN"]
+__all__ = ["Decision", "decide", "Job", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
+           "STOPPED_PHASES"]
 
 log = logging.getLogger("peer_client.inbox")
 
 HOLD, DROP, FAIL, RUN = "hold", "drop", "fail", "run"
+#: Phases in which nothing new is handled (its acks could no longer be flushed).
+STOPPED_PHASES = (Phase.STOPPING, Phase.STOPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,9 @@ def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
         return Decision(DROP, "environment", f"message {env.message_id} from {env.sender} is"
                                              f" in environment {env.environment!r}, this peer"
                                              f" is in {environment!r}")
+    if phase in STOPPED_PHASES:
+        return Decision(DROP, "stopping", f"message {env.message_id} from {env.sender} arrived"
+                                          f" while this peer is {phase.value}")
     if phase is Phase.REPLAY and not env.replay:
         return Decision(HOLD)
     if not dedup.check_and_add(env.message_id):
@@ -127,6 +136,8 @@ class Inbox:
         self.stats = stats
         self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
         self._lock = threading.Lock()
+        self._admitted = threading.Condition(self._lock)
+        self._admitting = 0  # decided to RUN, not yet submitted
         self._slots = threading.BoundedSemaphore(limit) if limit else None
 
     def accept(self, env: Envelope) -> None:
@@ -138,6 +149,9 @@ class Inbox:
                 self.stats["held_back"] += 1
                 return
             if d.action == DROP:
+                if d.kind == "stopping":
+                    self.stats["refused_stopping"] += 1
+                    return
                 self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
                 if d.kind != "duplicate":
                     log.warning("%s", d.reason)
@@ -145,15 +159,37 @@ class Inbox:
             if d.action == FAIL:
                 self.stats[d.kind] += 1
                 self.dedup.forget(env.message_id)
+            else:
+                self._admitting += 1
         if d.action == FAIL:
             log.warning("peer %s: %s (message %s from %s) - not acked, reported",
                         self.peer_id, d.reason, env.message_id, env.sender)
             self._on_failure(env, d.reason, d.kind)
             return
-        if self._slots is not None:
-            self._slots.acquire()
-        assert d.handler is not None
-        self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish))
+        try:
+            if self._slots is not None:
+                self._slots.acquire()
+            assert d.handler is not None
+            self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish))
+        finally:
+            with self._lock:
+                self._admitting -= 1
+                if not self._admitting:
+                    self._admitted.notify_all()
+
+    def stop_admitting(self, phase: Phase, timeout: float) -> bool:
+        """Move to ``phase`` (one of :data:`STOPPED_PHASES`) and wait until every message
+        decided to run before that is submitted, so that an executor drain that follows
+        covers it; False at the deadline."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self.phase = phase
+            while self._admitting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._admitted.wait(left)
+        return True
 
     def _finish(self, job: Job, error: BaseException | None) -> None:
         if self._slots is not None:

@@ -181,7 +181,10 @@ class Peer:
         if core.phase not in RUNNING:
             self._close()
             return
-        core.set_phase(Phase.STOPPING)
+        # nothing new is handled from here on (direct, replay or txlog follower alike), and
+        # whatever was admitted before is submitted before the drain below
+        if not core.inbox.stop_admitting(Phase.STOPPING, t):
+            log.warning("peer %s: messages still being admitted at stop", self.peer_id)
         try:
             if not core.flight.wait_empty(t):
                 log.warning("peer %s: %d send(s) still unconfirmed at stop", self.peer_id,
