@@ -1,0 +1,100 @@
+"""``tidemark demo`` (the replay scenario on the local stack) and ``tidemark bench replay``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from tidemark.options import (
+    add_settings_args,
+    cluster_file,
+    print_json,
+    progress,
+    settings_from_args,
+)
+
+__all__ = ["register"]
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from log.settings import default_state_dir
+    from replica.config import load_cluster_file
+    from tidemark.demo.report import render
+    from tidemark.demo.scenario import DemoOptions, run_demo
+    settings = settings_from_args(args)
+    addresses = [n.address for n in load_cluster_file(cluster_file(args)).nodes.values()]
+    state = Path(args.state_dir) if args.state_dir else default_state_dir()
+    folder = Path(args.folder) if args.folder else state / "demo"
+    opts = DemoOptions(rate=args.rate, live_s=args.live, down_s=args.down, after_s=args.after)
+    result = run_demo(settings, folder, addresses, opts, _say, state_dir=args.state_dir)
+    (folder / "summary.json").write_text(json.dumps(result, indent=2))
+    if args.json:
+        print_json(result)
+    else:
+        print(render(result))
+    return 0 if result["ok"] else 1
+
+
+def _bench_replay(args: argparse.Namespace) -> int:
+    from tidemark.demo.replay_bench import bench_replay
+    r: dict[str, Any] = bench_replay(settings_from_args(args), messages=args.messages,
+                                     payload_bytes=args.payload_bytes, fill_mode=args.fill,
+                                     state_dir=args.state_dir, timeout_s=args.timeout,
+                                     say=progress)
+    if args.json:
+        print_json(r)
+        return 0
+    rate_ok = "meets" if r["peer_msgs_per_s"] >= r["target_msgs_per_s"] else "BELOW"
+    ratio_ok = "meets" if (r["ratio"] or 0) >= r["target_ratio"] else "BELOW"
+    print(f"raw confluent-kafka consumer (same queue records): {r['raw_msgs_per_s']:>10,}"
+          f" msgs/s")
+    print(f"replica replay -> Peer handler                   : {r['peer_msgs_per_s']:>10,}"
+          f" msgs/s  ratio {r['ratio']}")
+    print(f"({rate_ok} target >= {r['target_msgs_per_s']:,} msgs/s; {ratio_ok} target ratio"
+          f" >= {r['target_ratio']}; {r['messages']:,} messages, {r['payload_bytes']}-byte"
+          f" payloads, fill {r['fill']})")
+    rss = r["rss"]
+    if rss.get("sampled"):
+        print(f"replica {rss['node']} RSS: before {rss['rss_before_mib']} MiB, peak during"
+              f" {rss['rss_peak_mib']} MiB, after {rss['rss_after_mib']} MiB (VmHWM"
+              f" {rss['hwm_mib']} MiB; {rss['samples']} samples)")
+    else:
+        print(f"replica {rss['node']} RSS: not sampled (not a process of the local stack)")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[Any],
+             bench: argparse._SubParsersAction[Any]) -> None:
+    """Add ``demo`` and ``bench replay``."""
+    demo = commands.add_parser("demo", help="the replay scenario on a running local stack"
+                                            " (brokers, replicas, Spark): kill -9 a peer,"
+                                            " restart, replay, count lost messages")
+    add_settings_args(demo)
+    demo.add_argument("--rate", type=float, default=150.0, help="Ticks/s per sender")
+    demo.add_argument("--live", type=float, default=10.0, help="seconds of traffic before"
+                                                                 " the kill")
+    demo.add_argument("--down", type=float, default=20.0, help="seconds B stays down")
+    demo.add_argument("--after", type=float, default=10.0, help="seconds of traffic after"
+                                                                 " B is back")
+    demo.add_argument("--folder", default=None, help="ledgers and logs (default:"
+                                                     " <state dir>/demo)")
+    demo.add_argument("--json", action="store_true")
+    demo.set_defaults(func=_demo)
+
+    b = bench.add_parser("replay", help="a peer's backlog replayed into a Peer's handler vs a"
+                                        " raw consumer; replica RSS during the replay")
+    add_settings_args(b)
+    b.add_argument("--messages", type=int, default=1_000_000)
+    b.add_argument("--payload-bytes", type=int, default=150)
+    b.add_argument("--fill", choices=("direct", "spark"), default="direct",
+                   help="direct: the bench writes the queue records as the queues job"
+                        " would (default); spark: the running queues job builds them")
+    b.add_argument("--timeout", type=float, default=900.0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=_bench_replay)

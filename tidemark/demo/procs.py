@@ -1,0 +1,118 @@
+"""Demo peer processes: start one, read its JSON status lines, stop it or SIGKILL it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tidemark.exceptions import StackError
+
+__all__ = ["PeerProcess"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class PeerProcess:
+    """A ``python -m tidemark.demo.peer_proc`` child; its last status line is kept."""
+
+    def __init__(self, name: str, argv: list[str], folder: Path,
+                 state_dir: str | None = None) -> None:
+        self.name = name
+        base = [sys.executable, "-m", "tidemark.demo.peer_proc"]
+        if state_dir:
+            base += ["--state-dir", state_dir]
+        self.stderr_path = folder / f"{name}.err"
+        self._err = self.stderr_path.open("a")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(base + argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._err, text=True)
+        self.last: dict[str, Any] = {}
+        self.final: dict[str, Any] | None = None
+        self.ready = threading.Event()
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"{name}-out")
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        """The child's pid."""
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            with self._changed:
+                self.last = doc
+                if doc.get("t") == "ready":
+                    self.ready.set()
+                if doc.get("t") == "final":
+                    self.final = doc
+                self._changed.notify_all()
+
+    def alive(self) -> bool:
+        """Whether the child still runs."""
+        return self.proc.poll() is None
+
+    def wait_until(self, cond: Callable[[dict[str, Any]], bool], timeout: float,
+                   what: str) -> dict[str, Any]:
+        """Block until ``cond(last status)`` holds; raises with the child's stderr tail."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not cond(self.last):
+                left = deadline - time.monotonic()
+                if left <= 0 or (not self.alive() and not self._reader.is_alive()):
+                    raise StackError(f"{self.name}: {what} not reached in {timeout:.0f}s"
+                                     f" (exit {self.proc.poll()}): {self.stderr_tail()}")
+                self._changed.wait(min(left, 0.5))
+            return dict(self.last)
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Block until the peer started (for a receiver: replayed and handed over)."""
+        return self.wait_until(lambda d: self.ready.is_set(), timeout, "ready")
+
+    def stop(self, timeout: float = 90.0) -> dict[str, Any]:
+        """Ask the peer to stop cleanly; returns its final status line."""
+        if self.alive() and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write("stop\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise StackError(f"{self.name} did not stop within {timeout:.0f}s") from None
+        self._reader.join(5)
+        self._err.close()
+        if self.final is None:
+            raise StackError(f"{self.name} exited {self.proc.returncode} without a final"
+                             f" status: {self.stderr_tail()}")
+        return self.final
+
+    def kill(self) -> None:
+        """SIGKILL (no cleanup of any kind in the child) and reap."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        self._reader.join(5)
+
+    def stderr_tail(self, lines: int = 15) -> str:
+        """The last lines the child wrote on stderr."""
+        try:
+            text = self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])

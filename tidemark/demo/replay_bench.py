@@ -1,0 +1,279 @@
+"""``tidemark bench replay``: a peer's backlog replayed end to end into a real Peer's handler,
+beside a raw confluent-kafka consumer reading the same queue records, with the serving
+replica node's RSS sampled during the replay.
+
+Filling the backlog (``fill``):
+
+* ``direct`` (default, the fastest honest way): the bench appends ``messages`` Sends to the
+  peer's txlog partition and writes the matching queue records itself, in exactly the
+  format of the queues job's sink (QueueEntry upserts keyed ``peer\\0message_id``, then a
+  QueueProgress covering txlog). The replica nodes ingest both as they would the job's
+  output. The queues job is not measured here (``bench queues`` does that); run this on a
+  stack without it (or with ``--fill spark``).
+* ``spark``: the bench appends only the Sends; the running queues job builds the queue,
+  and the replay's barrier waits for it.
+
+The peer's rate runs from the first replayed message its handler saw to the last; the raw
+rate from the first record the raw consumer got to the last of the same queue entries.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from log.exceptions import TidemarkError
+from log.offsets import end_offsets, watermarks
+from log.partitioner import partition_for_peer
+from log.producer import LogProducer
+from log.settings import Settings
+from peer_client import MessageContext, Peer, message, message_type_of
+
+__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO"]
+
+TARGET_RATE = 100_000
+TARGET_RATIO = 0.5
+Say = Callable[[str], None]
+
+
+@message("bench.ReplayItem")
+@dataclass
+class BenchItem:
+    """The replayed message: a fixed-size payload."""
+
+    data: bytes
+
+
+def _proc_mib(pid: int, key: str) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class RssSampler:
+    """Samples VmRSS of some pids every ``period`` seconds in a thread."""
+
+    def __init__(self, pids: dict[str, int], period: float = 0.2) -> None:
+        self.pids, self.period = pids, period
+        self.before = {n: _proc_mib(p, "VmRSS") for n, p in pids.items()}
+        self.peak: dict[str, float] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rss")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.samples += 1
+            for n, p in self.pids.items():
+                v = _proc_mib(p, "VmRSS")
+                if v is not None and v > self.peak.get(n, 0.0):
+                    self.peak[n] = v
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def report(self, node: str) -> dict[str, Any]:
+        """Before, peak during and after (VmRSS), and VmHWM (the process's lifetime peak)."""
+        pid = self.pids.get(node)
+        if pid is None:
+            return {"node": node, "sampled": False}
+        return {"node": node, "pid": pid, "sampled": True, "samples": self.samples,
+                "rss_before_mib": _round(self.before.get(node)),
+                "rss_peak_mib": _round(self.peak.get(node)),
+                "rss_after_mib": _round(_proc_mib(pid, "VmRSS")),
+                "hwm_mib": _round(_proc_mib(pid, "VmHWM"))}
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def _replica_pids(state_dir: str | None) -> dict[str, int]:
+    """Replica node pids of the local stack in ``state_dir`` (empty when there is none)."""
+    from tidemark.stack.launcher import LocalStack
+    try:
+        stack = LocalStack(state_dir)
+    except TidemarkError:
+        return {}
+    return {s.name: s.pid for s in stack.processes("replica") if s.pid and stack.alive(s)}
+
+
+def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: bool,
+         say: Say) -> tuple[int, int]:
+    """Append ``n`` Sends to ``peer`` (txlog partition ``k``) and, if ``direct``, their queue
+    records; returns the queues offset where the peer's entries start and the txlog end."""
+    from spark_streaming.queue_state import progress_key, queue_key
+    producer = LogProducer(settings)
+    q0 = end_offsets(settings, "queues", [k])[k]
+    start = end_offsets(settings, "txlog", [k])[k]
+    env, mtype = settings.environment, message_type_of(BenchItem).name
+    now = int(time.time() * 1000)
+    send = {"sender": "bench-sender", "recipient": peer, "environment": env,
+            "message_type": mtype, "payload": payload, "timestamp_ms": now,
+            "delivery_count": 0}
+    ids = [f"{peer}-{i}" for i in range(n)]
+    for i, mid in enumerate(ids):
+        producer.produce("txlog", peer, "Send", {**send, "message_id": mid}, partition=k)
+        if i % 100_000 == 99_999:
+            say(f"fill: {i + 1:,} Sends appended")
+    producer.flush(300)
+    end = end_offsets(settings, "txlog", [k])[k]
+    if direct:
+        if end != start + n:
+            raise TidemarkError(f"txlog/{k} moved by {end - start - n} records not written by"
+                                f" the bench: --fill direct needs a quiet partition")
+        qtopic = producer.topic("queues")
+        entry = {"peer": peer, "sender": "bench-sender", "message_type": mtype,
+                 "payload": payload, "timestamp_ms": now, "txlog_partition": k,
+                 "delivery_count": 0}
+        for i, mid in enumerate(ids):
+            producer.produce_raw(qtopic, queue_key(peer, mid).encode(), producer.codec.encode(
+                "QueueEntry", {**entry, "message_id": mid, "txlog_offset": start + i}),
+                partition=k)
+            if i % 100_000 == 99_999:
+                say(f"fill: {i + 1:,} queue entries written")
+        producer.flush(300)
+        producer.produce("queues", progress_key(k), "QueueProgress", {
+            "txlog_partition": k, "next_offset": end, "batch_id": 0,
+            "timestamp_ms": int(time.time() * 1000)}, partition=k)
+        producer.flush(60)
+    return q0, end
+
+
+def raw_read(settings: Settings, peer: str, k: int, q0: int, n: int, timeout_s: float,
+             say: Say) -> dict[str, Any]:
+    """A plain confluent-kafka consumer reading ``peer``'s ``n`` queue entries from ``q0``."""
+    prefix = (peer + "\0").encode()
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id":
+                         f"bench-replay-raw-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                         "max.partition.fetch.bytes": 10_485_760})
+    consumer.assign([TopicPartition(settings.topic("queues"), k, q0)])
+    got, first, deadline = 0, 0.0, time.monotonic() + timeout_s
+    try:
+        while got < n:
+            if time.monotonic() > deadline:
+                raise TidemarkError(f"raw consumer read {got} of {n} entries in {timeout_s}s")
+            for m in consumer.consume(10_000, 1.0):
+                if m.error() is not None:
+                    continue
+                if not first:
+                    first = time.perf_counter()
+                key = m.key()
+                if key is not None and key.startswith(prefix) and m.value() is not None:
+                    got += 1
+        seconds = time.perf_counter() - first
+    finally:
+        consumer.close()
+    say(f"raw consumer: {got:,} entries in {seconds:.2f}s")
+    return {"raw_entries": got, "raw_seconds": round(seconds, 3),
+            "raw_msgs_per_s": int(got / seconds) if seconds > 0 else 0}
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.lock = threading.Lock()
+
+    def handle(self, msg: BenchItem, ctx: MessageContext) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            if not self.n:
+                self.first = now
+            self.n += 1
+            self.last = now
+
+
+def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], timeout_s: float,
+                say: Say) -> dict[str, Any]:
+    """Start a real Peer with replay on start; its handler counts the replayed messages."""
+    from peer_client.replay import ReplicaReplayer
+    counter = _Counter()
+    replayer = ReplicaReplayer(settings, barrier_timeout_ms=int(timeout_s * 1000))
+    p = Peer(peer, None, settings, replayer=replayer)
+    p.handler(BenchItem)(counter.handle)
+    done = threading.Event()
+
+    def progress() -> None:
+        last = 0
+        while not done.wait(2.0):
+            now = counter.n
+            say(f"replay: {replayer.stage}, handled {now:,} of {n:,}"
+                f" ({(now - last) / 2:,.0f} msgs/s)")
+            last = now
+
+    threading.Thread(target=progress, daemon=True).start()
+    t0 = time.perf_counter()
+    try:
+        with RssSampler(pids) as rss:
+            p.start()
+            deadline = time.monotonic() + timeout_s
+            while counter.n < n and time.monotonic() < deadline:
+                time.sleep(0.05)  # the handlers drain the inbox; bounded by the deadline
+        start_s = time.perf_counter() - t0
+        st = replayer.status()
+    finally:
+        done.set()
+        p.stop()
+    if counter.n < n:
+        raise TidemarkError(f"the peer's handler saw {counter.n} of {n} messages")
+    seconds = counter.last - counter.first
+    node = (st.get("nodes") or ["?"])[-1]
+    return {"peer_handled": counter.n, "peer_seconds": round(seconds, 3),
+            "peer_msgs_per_s": int(counter.n / seconds) if seconds > 0 else 0,
+            "peer_start_to_done_s": round(start_s, 2), "replayed": st["replayed"],
+            "replay_ms": st["replay_ms"], "barrier": st["barrier"], "node": node,
+            "rss": rss.report(node)}
+
+
+def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: int = 150,
+                 fill_mode: str = "direct", state_dir: str | None = None,
+                 timeout_s: float = 900.0, say: Say = print) -> dict[str, Any]:
+    """The whole bench; returns the figures (see the module doc)."""
+    from gossip.cluster_config import ConfigLog
+    config = ConfigLog(settings)
+    try:
+        if config.read_to_end() is None:
+            raise TidemarkError("bench replay needs replica nodes (tidemark local up"
+                                " --replicas 1x1 or more)")
+    finally:
+        config.close()
+    peer = f"bench-replay-{secrets.token_hex(3)}"
+    k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
+    payload = message_type_of(BenchItem).serializer.encode(BenchItem(b"x" * payload_bytes))
+    say(f"fill ({fill_mode}): {messages:,} messages to {peer} (txlog/{k}),"
+        f" {len(payload)}-byte payloads")
+    t0 = time.perf_counter()
+    q0, _ = fill(settings, peer, k, messages, payload, fill_mode == "direct", say)
+    fill_s = time.perf_counter() - t0
+    say(f"fill done in {fill_s:.1f}s; replaying into a Peer (replay on start)")
+    result: dict[str, Any] = {"messages": messages, "payload_bytes": len(payload),
+                              "fill": fill_mode, "fill_s": round(fill_s, 1), "peer": peer,
+                              "partition": k}
+    result.update(peer_replay(settings, peer, messages, _replica_pids(state_dir), timeout_s,
+                              say))
+    say("raw confluent-kafka consumer on the same queue records")
+    result.update(raw_read(settings, peer, k, q0, messages, timeout_s, say))
+    raw = result["raw_msgs_per_s"]
+    result["ratio"] = round(result["peer_msgs_per_s"] / raw, 3) if raw else None
+    result["target_msgs_per_s"], result["target_ratio"] = TARGET_RATE, TARGET_RATIO
+    return result
