@@ -1,11 +1,14 @@
 """Backfill: fill a gap of the interval map from a peer replica that holds the range.
 
-Gaps are filled chunk by chunk. A chunk is at most ``chunk`` offsets and at most
-``max_bytes`` of record values (the peer's ``Digest`` stops early at that bound and says
-where: ``end``), so a ``Fetch`` stays well below gRPC's 64 MiB message cap whatever the record
-size. For each chunk the node first compares digests with the peer (the OpenSplice equality
-check) and copies nothing when they match; otherwise it fetches the records and applies them
-— records, indexes and the map — in one write batch.
+Gaps are filled chunk by chunk. Chunks are aligned to the store's backfill ranges
+(:data:`replica.digests.RANGE` offsets) and hold at most ``max_bytes`` of record values (the
+peer's ``Digest`` stops early at that bound and says where: ``end``), so a ``Fetch`` stays well
+below gRPC's 64 MiB message cap whatever the record size. For each chunk the node compares
+the peer's digest with the digest of the records it holds itself in the chunk (both read
+from the digests stored per range; the OpenSplice equality check): equal, it claims the
+chunk without copying (records a node holds but does not claim come from an adopted copy of
+a store, see :func:`replica.store.adopt_copy`); otherwise it fetches the peer's records and
+replaces its own in the chunk — records, indexes, digests and the map in one write batch.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Mapping
 from gossip.interval_map import IntervalMap
 from gossip.missing import find_source
 from gossip.service import MAX_MESSAGE_BYTES, ReplicaClient, pack_records, unpack_records
+from replica.digests import RANGE
 from replica.ingest import index_txlog
 from replica.store import Store
 
@@ -53,7 +57,7 @@ def serve_fetch(store: Store, body: bytes) -> bytes:
 class Backfiller:
     """Fills txlog gaps of one node from its peers, a bounded amount per call."""
 
-    def __init__(self, store: Store, peers: ReplicaClient, chunk: int = 5000,
+    def __init__(self, store: Store, peers: ReplicaClient, chunk: int = RANGE,
                  max_bytes: int = CHUNK_BYTES) -> None:
         self.store = store
         self.peers = peers
@@ -66,9 +70,11 @@ class Backfiller:
 
     def step(self, partition: int, maps: Mapping[str, IntervalMap],
              addresses: Mapping[str, str], budget_s: float = 0.5,
-             on_copied: Callable[[int], None] = lambda n: None) -> bool:
+             on_copied: Callable[[int], None] = lambda n: None,
+             on_skipped: Callable[[int], None] = lambda n: None) -> bool:
         """Work on the gaps of txlog ``partition`` for up to ``budget_s``; True if any gap
-        had a source."""
+        had a source. ``on_copied`` gets the records copied, ``on_skipped`` the offsets
+        claimed by digest without copying."""
         deadline = time.monotonic() + budget_s
         worked = False
         for start, end in self.store.map("txlog", partition).gaps():
@@ -78,12 +84,13 @@ class Backfiller:
                 if src is None:
                     break
                 node, reach = src
-                stop = min(reach, start + self.chunk)
+                stop = min(reach, (start // self.chunk + 1) * self.chunk)  # aligned
                 if (partition, end) not in self._announced:
                     self._announced.add((partition, end))
                     log.warning("backfilling txlog/%d [%d, %d) from %s", partition, start, end,
                                 node)
-                stop = self._copy(partition, start, stop, node, addresses[node], on_copied)
+                stop = self._copy(partition, start, stop, node, addresses[node], on_copied,
+                                  on_skipped)
                 worked = True
                 done = total - (end - stop)
                 self.status = f"txlog/{partition} [{start},{end}) from {node}: {done}/{total}"
@@ -98,7 +105,7 @@ class Backfiller:
         return worked
 
     def _copy(self, partition: int, start: int, stop: int, node: str, address: str,
-              on_copied: Callable[[int], None]) -> int:
+              on_copied: Callable[[int], None], on_skipped: Callable[[int], None]) -> int:
         """Copy (or skip by digest) ``[start, x)`` for the ``x <= stop`` the byte bound
         allows; returns ``x``."""
         body = {"partition": partition, "start": start, "end": stop, "max_bytes": self.max_bytes}
@@ -111,9 +118,12 @@ class Backfiller:
         batch = self.store.batch()
         if theirs["digest"] == str(mine) and theirs["count"] == count:
             self.skipped += stop - start
+            on_skipped(stop - start)
         else:
             records = unpack_records(self.peers.call(address, "Fetch", json.dumps(body).encode(),
                                                      timeout=30))
+            for off, _ in self.store.records(partition, start, stop):
+                batch.delete_record(partition, off)  # replaced by the peer's copy
             for off, value in records:
                 index_txlog(batch, partition, off, value)
             self.copied += len(records)

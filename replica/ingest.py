@@ -33,8 +33,6 @@ from replica.store import (
     Store,
     ack_key,
     ack_prefix,
-    data_key,
-    data_prefix,
     deadletter_key,
     progress_key,
     purge_prefix,
@@ -59,17 +57,19 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
     except CodecError as exc:
         return str(exc)
     name, rec = dec.name, dec.record
+    if value is None:
+        return "record without a value"
     if name == "Send":
-        batch.wb.put(data_key(partition, offset), value)
+        batch.put_record(partition, offset, value)
     elif name == "Ack":
-        batch.wb.put(data_key(partition, offset), value)
+        batch.put_record(partition, offset, value)
         batch.wb.put(ack_key(partition, rec["peer"], rec["message_id"]), _Q.pack(offset))
     elif name == "Purge":
-        batch.wb.put(data_key(partition, offset), value)
+        batch.put_record(partition, offset, value)
         batch.wb.put(purge_prefix(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),
                      b"")
     elif name == "DeliveryFailed":  # a handler failure: kept like the Sends it counts
-        batch.wb.put(data_key(partition, offset), value)
+        batch.put_record(partition, offset, value)
     else:
         return f"unexpected {name} record in txlog"
     return None
@@ -181,11 +181,12 @@ class Ingestor:
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}
         physical, put, qpack, scanners = self._physical, batch.wb.put, _Q.pack, self._scanners
+        put_record = batch.put_record
         decode = self.codec.decode
         poison: list[tuple[Message, str]] = []
         run: list[int] | None = None
         cur_phys, cur_k, nxt, applied = "", -1, -1, 0
-        txlog, dprefix, aprefix, uprefix = False, b"", b"", b""
+        txlog, aprefix, uprefix = False, b"", b""
         for msg in msgs:
             if msg.error() is not None:
                 self._consumer_error(msg.error())
@@ -211,7 +212,7 @@ class Ingestor:
                     run = runs[key] = [start, off]
                 cur_phys, cur_k = phys, k
                 txlog = topic == "txlog"
-                dprefix, aprefix, uprefix = data_prefix(k), ack_prefix(k), purge_prefix(k)
+                aprefix, uprefix = ack_prefix(k), purge_prefix(k)
             nxt = off + 1
             value = msg.value()
             if txlog:
@@ -219,7 +220,7 @@ class Ingestor:
                 if entry is not None:
                     part = entry[1](value)
                     if part is not None:
-                        put(dprefix + qpack(off), value)
+                        put_record(k, off, value)
                         if entry[0] == ACK:
                             put(aprefix + part, qpack(off))
                         elif entry[0] == PURGE:

@@ -20,6 +20,10 @@ class NodeMetrics:
                                    "records sent to deadletter", labels, registry=r).labels(node_id)
         self.backfilled = Counter("tidemark_replica_backfilled_records",
                                   "records copied from peers", labels, registry=r).labels(node_id)
+        self.backfill_skipped = Counter(
+            "tidemark_replica_backfill_skipped_offsets",
+            "gap offsets claimed without copying: the peer's digest equalled the node's own",
+            labels, registry=r).labels(node_id)
         self.released = Counter("tidemark_replica_released_records", "records released by GC",
                                 labels, registry=r).labels(node_id)
         self.lost = Counter("tidemark_replica_lost_offsets",

@@ -121,7 +121,7 @@ class _Pass:
         self.gone: set[bytes] = set()               # pending keys deleted, not committed yet
 
     def delete_record(self, offset: int) -> None:
-        self.batch.delete(data_key(self.k, offset))
+        self.batch.delete_record(self.k, offset)  # and out of its range's digest
         self.released += 1
         self.ops += 1
 

@@ -14,7 +14,8 @@ Keys (``tp`` = topic code ``t``/``q`` + 2-byte partition, offsets 8-byte big-end
 ``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
 ``G k`` GC cursor, ``W k ...`` pending Sends, ``E k ...`` Ack index expiries: owned by
 :mod:`replica.release_policy`.
-``Z tp off``: dead-letter ledger (poison records whose dead-letter copy Kafka refused).
+``H k range``: digest of the txlog records of one backfill range (:mod:`replica.digests`),
+updated in the batch that puts or deletes those records.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from pathlib import Path
 import plyvel
 
 from gossip.interval_map import IntervalMap, record_hash
+from replica.digests import RANGE_BITS, merge_deltas, range_digest, rebuild_digests
 from replica.exceptions import StoreError
 
 __all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name", "data_key", "data_prefix",
            "ack_key", "ack_prefix", "purge_prefix", "queue_prefix", "progress_key",
            "deadletter_key",
-           "queue_index_prefix", "queue_index_key", "PIN_PREFIX", "pin_key"]
+           "queue_index_prefix", "queue_index_key", "PIN_PREFIX", "pin_key", "ADOPT_FILE",
+           "adopt_copy"]
 
 TOPIC_CODES = {"txlog": b"t", "queues": b"q"}
 _CODE_TOPICS = {v: k for k, v in TOPIC_CODES.items()}
@@ -116,6 +119,9 @@ def deadletter_key(topic: str, partition: int, offset: int) -> bytes:
 
 _CUT_KEY = b"Xcut"
 _NEW_KEY = b"Xnew"  # present while a new store's rejoin is not committed
+_FORMAT = b"2"      # 2: digests per backfill range (``H`` keys)
+#: A file an operator creates in a copied store folder to let another node adopt it.
+ADOPT_FILE = "ADOPT"
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,26 @@ class Batch:
         # queue keys this batch upserted or deleted: (partition, key) -> (peer, txlog offset)
         # or None (replica.queue_index reads these before the store)
         self.queue_keys: dict[tuple[int, bytes], tuple[str, int] | None] = {}
+        # digest changes by (partition, backfill range): [xor, count, bytes]
+        self.digests: dict[tuple[int, int], list[int]] = {}
+        self.dropped: dict[tuple[int, int], None] = {}  # records deleted, value read at commit
+
+    def put_record(self, partition: int, offset: int, value: bytes) -> None:
+        """Put txlog record ``offset`` (not stored yet) and count it in its range's digest."""
+        self.wb.put(b"Dt" + _HQ.pack(partition, offset), value)
+        d = self.digests.get((partition, offset >> RANGE_BITS))
+        if d is None:
+            d = self.digests[(partition, offset >> RANGE_BITS)] = [0, 0, 0]
+        d[0] ^= record_hash(offset, value)
+        d[1] += 1
+        d[2] += len(value)
+
+    def delete_record(self, partition: int, offset: int) -> None:
+        """Delete txlog record ``offset`` (if stored) and take it out of its range's digest
+        (its stored value is read at commit time, under the commit lock). A record put
+        after this call in the same batch replaces it."""
+        self.wb.delete(data_key(partition, offset))
+        self.dropped[(partition, offset)] = None
 
     def map(self, topic: str, partition: int) -> IntervalMap:
         """A working copy of the map, written with the batch."""
@@ -207,6 +233,15 @@ class Batch:
         for raw, value in self.delete_ifs:
             if self.store.db.get(raw) == value:
                 self.wb.delete(raw)
+        for k, off in self.dropped:
+            old = self.store.db.get(data_key(k, off))
+            if old is not None:
+                d = self.digests.setdefault((k, off >> RANGE_BITS), [0, 0, 0])
+                d[0] ^= record_hash(off, old)
+                d[1] -= 1
+                d[2] -= len(old)
+        if self.digests:
+            merge_deltas(self.store.db, self.wb, self.digests)
         for (topic, k), m in self.maps.items():
             self.wb.put(b"M" + _tp(topic, k), m.to_bytes())
         for (topic, k), pos in self.positions.items():
@@ -245,16 +280,26 @@ class Store:
         except plyvel.Error as exc:
             raise StoreError(f"cannot open LevelDB store {self.path}: {_short(exc)}") from None
         owner = self.db.get(b"Xnode")
+        #: The node whose copied store this node adopted at this open, if any.
+        self.adopted_from: str | None = None
         if owner is None:  # new: it stays "new" until mark_complete (a committed rejoin)
             wb = self.db.write_batch(sync=True)
             wb.put(b"Xnode", node_id.encode())
-            wb.put(b"Xformat", b"1")
+            wb.put(b"Xformat", _FORMAT)
             wb.put(_NEW_KEY, b"1")
             wb.write()
+        elif owner.decode() != node_id and (self.path / ADOPT_FILE).exists():
+            self.adopted_from = owner.decode()
+            adopt_copy(self.db, node_id)
+            (self.path / ADOPT_FILE).unlink()
         elif owner.decode() != node_id:
             self.db.close()
             raise StoreError(f"LevelDB store {self.path} belongs to node {owner.decode()!r},"
-                             f" not {node_id!r}")
+                             f" not {node_id!r} (to seed {node_id} from a copy of it, create "
+                             f"the file {ADOPT_FILE} in the folder)")
+        if self.db.get(b"Xformat") != _FORMAT:  # written before digests per range
+            rebuild_digests(self.db)
+            self.db.put(b"Xformat", _FORMAT, sync=True)
         #: True while the store is new: created empty, and its node has not yet committed
         #: the rejoin that makes it stop counting toward the cut (see :meth:`mark_complete`).
         self.created = self.db.get(_NEW_KEY) is not None
@@ -298,11 +343,9 @@ class Store:
 
     def digest(self, partition: int, start: int, end: int) -> tuple[int, int]:
         """``(xor of record hashes, count)`` of the stored records in ``[start, end)`` —
-        the equality check backfill uses to skip ranges both sides already hold."""
-        acc, n = 0, 0
-        for off, value in self.records(partition, start, end):
-            acc ^= record_hash(off, value)
-            n += 1
+        the equality check backfill uses to skip ranges both sides already hold (whole
+        backfill ranges from their stored digests, see :mod:`replica.digests`)."""
+        acc, n, _ = range_digest(self.db, self.records, partition, start, end)
         return acc, n
 
     def digest_upto(self, partition: int, start: int, end: int, max_bytes: int | None = None
@@ -310,14 +353,7 @@ class Store:
         """``(digest, count, stop)`` of the stored records in ``[start, stop)``: ``stop`` is
         ``end``, or with ``max_bytes`` the offset of the first record that would take the
         value bytes past it (at least one record is always taken)."""
-        acc, n, size = 0, 0, 0
-        for off, value in self.records(partition, start, end):
-            if max_bytes is not None and n and size + len(value) > max_bytes:
-                return acc, n, off
-            acc ^= record_hash(off, value)
-            n += 1
-            size += len(value)
-        return acc, n, end
+        return range_digest(self.db, self.records, partition, start, end, max_bytes)
 
     def ack_offset(self, partition: int, peer: str, message_id: str) -> int | None:
         """Offset of the Ack of (peer, message_id), if applied."""
@@ -432,6 +468,29 @@ class Store:
         """Close the database."""
         if not self.db.closed:
             self.db.close()
+
+
+def adopt_copy(db: plyvel.DB, node_id: str) -> None:
+    """Make a copy of another node's store this node's: the records stay, the claims go.
+    txlog maps become empty up to the copied position (a zero-length range marks where
+    ingest resumes), so every copied range is a gap that backfill verifies against a peer
+    by digest before claiming it; digests are recomputed from the records; the copy's cut,
+    pins, loss ledger and queue state (rebuilt from Kafka) are dropped; the store is "new"
+    until this node's rejoin is committed."""
+    wb = db.write_batch(sync=True)
+    for prefix in (b"M", b"P", b"Q", b"I", b"R", b"Y", b"L"):
+        for key in db.iterator(prefix=prefix, include_value=False):
+            wb.delete(key)
+    for key, value in db.iterator(prefix=b"P" + TOPIC_CODES["txlog"]):
+        pos, _ = _POS.unpack(value)
+        wb.put(key, _POS.pack(pos, 0))
+        wb.put(b"M" + key[1:], IntervalMap(0, 0, [[pos, pos]]).to_bytes())
+    wb.delete(_CUT_KEY)
+    wb.put(b"Xnode", node_id.encode())
+    wb.put(_NEW_KEY, b"1")
+    wb.write()
+    rebuild_digests(db)
+    db.put(b"Xformat", _FORMAT, sync=True)
 
 
 def _short(exc: BaseException) -> str:
