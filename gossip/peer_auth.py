@@ -33,11 +33,15 @@ from typing import NamedTuple
 
 from gossip.exceptions import PeerAuthError, PeerForbiddenError
 from log import registry
+from log.exceptions import ConfigError
+from log.settings import default_state_dir, read_toml
 
 __all__ = ["PeerClaims", "TOKEN_KEY", "peer_signing_key", "issue_token", "parse_token",
            "verify_token", "authorize_peer", "check_owner", "serving_peer", "serving_as",
-           "configured_token"]
+           "configured_token", "local_stack_token", "LOCAL_CLUSTER_FILE"]
 
+#: The cluster file of the local stack, in its state folder.
+LOCAL_CLUSTER_FILE = "cluster.toml"
 #: gRPC metadata key carrying the peer token.
 TOKEN_KEY = "x-tidemark-peer-token"
 _VERSION = "tmk1"
@@ -103,6 +107,11 @@ def parse_token(token: str) -> tuple[PeerClaims, str, str]:
     if not isinstance(claims.environment, str) or not isinstance(claims.peer, str) \
             or not claims.peer or not claims.environment:
         raise PeerAuthError("malformed peer token: environment and peer must be strings")
+    try:
+        claims.environment.encode(), claims.peer.encode()
+    except UnicodeEncodeError:
+        raise PeerAuthError("malformed peer token: environment and peer must be UTF-8") \
+            from None
     return claims, f"{parts[0]}.{parts[1]}", parts[2]
 
 
@@ -191,3 +200,21 @@ def configured_token(env: Mapping[str, str] | None = None) -> str | None:
         except OSError as exc:
             raise PeerAuthError(f"TIDEMARK_PEER_TOKEN_FILE {path}: {exc.strerror}") from None
     return None
+
+
+def local_stack_token(peer: str, environment: str,
+                      state_dir: str | Path | None = None) -> str | None:
+    """A token for ``peer`` issued with the secret of the local stack whose state folder is
+    ``state_dir`` (default ``TIDEMARK_STATE_DIR``); None if that folder holds no cluster
+    file with a secret. The local stack's convenience: a process that can read the stack's
+    state folder already holds everything of it, so its peers need no token handed out."""
+    path = Path(state_dir if state_dir is not None else default_state_dir()) / \
+        LOCAL_CLUSTER_FILE
+    if not path.is_file():
+        return None
+    try:
+        secret = read_toml(path).get("cluster", {}).get("secret")
+    except (ConfigError, AttributeError):
+        return None
+    return issue_token(secret, environment, peer) if isinstance(secret, str) and secret \
+        else None

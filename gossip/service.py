@@ -35,7 +35,14 @@ from gossip.exceptions import (
     ReplicaBusyError,
 )
 from gossip.node_state import NodeState
-from gossip.peer_auth import TOKEN_KEY, authorize_peer, configured_token, issue_token, serving_as
+from gossip.peer_auth import (
+    TOKEN_KEY,
+    authorize_peer,
+    configured_token,
+    issue_token,
+    local_stack_token,
+    serving_as,
+)
 from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, ERROR_KEY, ReplayStream, request_peer
 from log.partitioner import partition_for_peer
 
@@ -142,9 +149,10 @@ class ReplicaClient:
     Calls to :data:`CLUSTER_METHODS` are signed with ``secret``, else with the secret
     registered for the address (:func:`register_cluster_secret`), if any. Calls to
     :data:`PEER_METHODS` carry a peer token when given one, else are signed the same way.
-    A replay's token (:meth:`replay`): the ``token`` argument, else the process's setting
+    A replay's token (:meth:`peer_token`): the ``token`` argument, else the process's setting
     (``TIDEMARK_PEER_TOKEN`` / ``_FILE``), else, in a process holding the cluster secret
-    (a member: tests and tools of the local stack), one it issues for the peer itself."""
+    (a member: it loaded the cluster file), one it issues for the peer itself, else one
+    issued with the secret of the local stack of ``TIDEMARK_STATE_DIR``, if any."""
 
     def __init__(self, secret: str | bytes | None = None) -> None:
         self._secret = _key(secret) if secret else None
@@ -180,7 +188,9 @@ class ReplicaClient:
         if configured:
             return configured
         secret = self._secret or _SECRETS.get(address)
-        return issue_token(secret, environment, peer_id) if secret else None
+        if secret:
+            return issue_token(secret, environment, peer_id)
+        return local_stack_token(peer_id, environment)
 
     def renew_pin(self, address: str, pin: str, lease_ms: int | None = None) -> dict[str, Any]:
         """``RenewPin``: ``{renewed, expires_ms}`` (``renewed`` False once it expired)."""

@@ -17,6 +17,7 @@ from peer_client.exceptions import (
                                     PeerClientError,
                                     PeerStateError,
                                     PeerUnreachableError,
+                                    ReplayDeniedError,
                                     UnknownPeerError,
                                     WrongEnvironmentError,
 )
@@ -34,5 +35,5 @@ __all__ = [
     "PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
     "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
     "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
-    "HandlerError", "OversizedMessageError",
+    "HandlerError", "OversizedMessageError", "ReplayDeniedError",
 ]

@@ -7,7 +7,7 @@ from log.exceptions import OversizedMessageError, TidemarkError
 __all__ = ["PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
            "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
            "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
-           "HandlerError", "OversizedMessageError"]
+           "HandlerError", "OversizedMessageError", "ReplayDeniedError"]
 
 
 class PeerClientError(TidemarkError):
@@ -62,3 +62,13 @@ class PeerStateError(PeerClientError):
 
 class HandlerError(PeerClientError):
     """A handler is declared wrongly (no message type annotation, two handlers for a type)."""
+
+
+class ReplayDeniedError(PeerClientError):
+    """A replica refused this peer's replay (or its pin): ``code`` ``UNAUTHENTICATED`` (no
+    token, malformed, not this cluster's, expired) or ``PERMISSION_DENIED`` (the token names
+    another peer or another environment). Nothing was replayed; retrying will not help."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -32,13 +32,14 @@ from collections.abc import Callable
 from typing import Any
 
 from gossip.cluster_config import ConfigLog, Epoch
-from gossip.exceptions import NodeUnreachableError, ReplayInterruptedError
+from gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from gossip.service import ReplicaClient
 from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
 from log.offsets import end_offsets
 from log.settings import Settings
 from peer_client.core import RUNNING, PeerCore
+from peer_client.exceptions import ReplayDeniedError
 from peer_client.records import Envelope, encode_varint, peer_codec
 
 __all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError"]
@@ -153,8 +154,8 @@ class ReplicaReplayer:
                  lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
                  attempts: int = 5, handover_rounds: int = 5, handover_timeout_s: float = 60.0,
                  epoch: Callable[[], Epoch | None] | None = None,
-                 client: ReplicaClient | None = None) -> None:
-        self.settings = settings
+                 client: ReplicaClient | None = None, token: str | None = None) -> None:
+        self.settings, self.token = settings, token  # token: see ReplicaClient.peer_token
         self.batch, self.window, self.lease_ms = batch, window, lease_ms
         self.barrier_timeout_ms, self.attempts = barrier_timeout_ms, attempts
         self.handover_rounds, self.handover_timeout_s = handover_rounds, handover_timeout_s
@@ -227,10 +228,15 @@ class ReplicaReplayer:
                                 "barrier_timeout_ms": self.barrier_timeout_ms}
         if self.lease_ms is not None:
             opts["lease_ms"] = self.lease_ms
+        if self.token:
+            opts["token"] = self.token
         for attempt in range(self.attempts):
             try:
                 stream = self.client.replay_any(epoch, core.peer_id, core.environment,
                                                 exclude=exclude, after_offset=after, **opts)
+            except PeerAuthError as exc:
+                raise ReplayDeniedError(f"replay of {core.peer_id} ({core.environment}) "
+                                        f"refused: {exc}", exc.status) from None
             except NodeUnreachableError:
                 if not exclude or attempt + 1 >= self.attempts:
                     raise

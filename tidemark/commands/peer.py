@@ -1,12 +1,19 @@
-"""``tidemark peer list | purge`` (the directory, Zebus's decommissioning) and
-``tidemark bench send``."""
+"""``tidemark peer list | purge`` (the directory, Zebus's decommissioning), ``tidemark peer
+token`` (a peer's credential) and ``tidemark bench send``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from tidemark.options import add_settings_args, env_flag, print_json, progress, settings_from_args
+from tidemark.options import (
+    add_settings_args,
+    cluster_file,
+    env_flag,
+    print_json,
+    progress,
+    settings_from_args,
+)
 
 __all__ = ["register"]
 
@@ -50,6 +57,21 @@ def _purge(args: argparse.Namespace) -> int:
         print(f"purged {out['peer_id']} ({out['environment']}): Purge at txlog/"
               f"{out['partition']}@{out['offset']}; its queue empties once the queues job"
               f" has read it")
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from log.registry import parse_duration_ms
+    from tidemark.stack.replicas import peer_token
+    ttl = parse_duration_ms(args.ttl) if args.ttl else None
+    token = peer_token(Path(cluster_file(args)), args.peer_id, args.environment, ttl)
+    if args.write:
+        path = Path(args.write)
+        path.touch(mode=0o600)
+        path.write_text(token + "\n")
+    print(token)
     return 0
 
 
@@ -106,6 +128,17 @@ def register(commands: argparse._SubParsersAction[Any],
     purge.set_defaults(func=_purge)
     for p in (ls, purge):
         add_settings_args(p)
+    token = sub.add_parser("token", help="print a peer's credential for replay and pins"
+                                         " (signed with the cluster file's secret)")
+    token.add_argument("peer_id")
+    env_flag(token, "--environment", "environment")
+    env_flag(token, "--config", "config", help="the cluster TOML (default: the local stack's)")
+    env_flag(token, "--state-dir", "state_dir")
+    token.add_argument("--ttl", default=None, metavar="DURATION",
+                       help="expire after this long, e.g. 24h (default: no expiry)")
+    token.add_argument("--write", default=None, metavar="FILE",
+                       help="also write it to FILE (mode 600), for TIDEMARK_PEER_TOKEN_FILE")
+    token.set_defaults(func=_token)
 
     send = bench.add_parser("send", help="Peer.send (durability log) vs raw confluent-kafka")
     add_settings_args(send)

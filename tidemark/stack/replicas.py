@@ -3,6 +3,7 @@
 ``plan`` writes ``cluster.toml`` into the stack's state folder (once; later calls reuse it so
 addresses stay stable) and returns one ProcessSpec per node, named by node id (``p0r0`` ...),
 that runs ``tidemark replica run`` and is ready when its gRPC port accepts connections.
+The cluster secret in that file also signs the peers' tokens (:func:`peer_token`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ import secrets
 import sys
 from pathlib import Path
 
+from gossip.peer_auth import LOCAL_CLUSTER_FILE, issue_token
 from replica.config import NodeSpec, PartitionSpec, load_cluster_file, render_cluster_file
 from replica.exceptions import ClusterConfigError
 from tidemark.stack.launcher import LocalStack, ProcessSpec
 from tidemark.stack.processes import free_ports
 
-__all__ = ["plan", "parse_layout", "write_cluster_file", "CONFIG_NAME"]
+__all__ = ["plan", "parse_layout", "write_cluster_file", "CONFIG_NAME", "peer_token",
+           "peer_env"]
 
-CONFIG_NAME = "cluster.toml"
+CONFIG_NAME = LOCAL_CLUSTER_FILE
 
 
 def parse_layout(layout: str) -> tuple[int, int]:
@@ -68,3 +71,21 @@ def plan(stack: LocalStack, layout: str) -> list[ProcessSpec]:
                               "--config", str(path), "--node", n.node_id],
                         address=n.address, ready_port=int(n.address.rsplit(":", 1)[1]))
             for n in cf.nodes.values()]
+
+
+def peer_token(cluster_path: Path, peer: str, environment: str,
+               ttl_ms: int | None = None) -> str:
+    """A token for ``peer`` of ``environment`` issued with the secret of the cluster file at
+    ``cluster_path`` (the local stack's: ``STATE_DIR/cluster.toml``). Raises
+    :class:`ClusterConfigError` if the file has no secret (its nodes then ask for none)."""
+    cf = load_cluster_file(cluster_path)
+    if not cf.secret:
+        raise ClusterConfigError(f"{cluster_path} has no [cluster] secret: its nodes do not "
+                                 "check peer tokens")
+    return issue_token(cf.secret, environment, peer, ttl_ms)
+
+
+def peer_env(stack: LocalStack, peer: str, environment: str) -> dict[str, str]:
+    """The environment variables a peer process of ``stack`` needs to replay as ``peer``."""
+    return {"TIDEMARK_PEER_TOKEN": peer_token(stack.state_dir / CONFIG_NAME, peer,
+                                              environment)}
