@@ -12,9 +12,11 @@ from spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnava
 from spark_streaming.queue_state import (
     DEFAULT_ACK_TTL_MS,
     DEFAULT_DEDUP_WINDOW_MS,
+    DEFAULT_DELIVERY_LIMIT,
     Change,
     Entry,
     Event,
+    Letter,
     PeerMeta,
     Ttl,
     is_progress_key,
@@ -28,7 +30,8 @@ from spark_streaming.state_layout import MemoryMaps, StateMaps
 from spark_streaming.transform import apply_batch, process_rows
 
 __all__ = [
-    "DEFAULT_ACK_TTL_MS", "DEFAULT_DEDUP_WINDOW_MS", "Change", "Entry", "Event", "PeerMeta",
+    "DEFAULT_ACK_TTL_MS", "DEFAULT_DEDUP_WINDOW_MS", "DEFAULT_DELIVERY_LIMIT", "Change", "Entry",
+    "Event", "Letter", "PeerMeta",
     "Ttl", "is_progress_key", "plan_events", "plan_expiry", "progress_key", "queue_key",
     "split_queue_key", "MemoryMaps", "StateMaps", "apply_batch", "process_rows",
     "QueuesError", "QueryFailedError", "SparkUnavailableError",

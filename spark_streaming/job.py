@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,12 @@ from log.exceptions import TidemarkError
 from log.settings import Settings
 from spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
 from spark_streaming.pyspark_state import SparkMaps
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS, Ttl
+from spark_streaming.queue_state import (
+    DEFAULT_ACK_TTL_MS,
+    DEFAULT_DEDUP_WINDOW_MS,
+    DEFAULT_DELIVERY_LIMIT,
+    Ttl,
+)
 from spark_streaming.sink import BatchWriter
 from spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
@@ -71,6 +76,17 @@ class JobOptions:
     fail_on_data_loss: bool = True
     query_name: str = "tidemark-queues"
     state_partitions: int | None = None
+    #: Failed deliveries before a message goes to deadletter (``TIDEMARK_DELIVERY_LIMIT``).
+    delivery_limit: int = field(default_factory=lambda: _env_limit())  # noqa: PLW0108
+
+
+def _env_limit() -> int:
+    """The ``delivery_limit`` setting from the environment (its default if unset)."""
+    from log.registry import env_value
+    try:
+        return int(env_value("delivery_limit"))
+    except KeyError:  # an older registry without the setting
+        return DEFAULT_DELIVERY_LIMIT
 
 
 def txlog_partitions(settings: Settings) -> int:
@@ -171,11 +187,10 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return options
 
 
-def _processor(ack_ttl_ms: int, dedup_window_ms: int) -> Any:
+def _processor(ttl: Ttl) -> Any:
     """A ``StatefulProcessor`` for one txlog partition: per-message MapState entries."""
     from pyspark.sql.streaming import StatefulProcessor
 
-    ttl = Ttl(ack_ttl_ms, dedup_window_ms)
 
     class QueueProcessor(StatefulProcessor):
         """Applies a partition's rows of the batch to its per-message state; emits rows."""
@@ -221,7 +236,8 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
     # state API to one call per partition; peers are MapState entries inside the group.
     rows = source.select("key", "value", "partition", "offset")
     out = rows.groupBy("partition").transformWithStateInPandas(
-        statefulProcessor=_processor(options.ack_ttl_ms, options.dedup_window_ms),
+        statefulProcessor=_processor(Ttl(options.ack_ttl_ms, options.dedup_window_ms,
+                                         options.delivery_limit)),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="None")
     return out.writeStream.queryName(options.query_name).outputMode("update") \

@@ -17,6 +17,15 @@ Send and a duplicate Send counts once:
 * an Ack of a queued message, and every message a Purge drops, is remembered only for the
   shorter ``dedup_window_ms`` (class :data:`DEDUP`). Early acks survive a Purge.
 
+**Delivery counts.** A DeliveryFailed record (event kind :data:`FAIL`) of a queued id adds
+one to that entry's ``delivery_count``; a failure of an id that is not queued is ignored.
+The count is derived from the log only, so a re-run batch counts the same. When it reaches
+``Ttl.delivery_limit`` the message leaves the queue and a :class:`Letter` (count, last
+reason, the Send's offset) is produced for ``deadletter``; the id is then remembered like an
+early ack (for ``ack_ttl_ms``, class :data:`EARLY`), so a duplicate Send of a dead-lettered
+(poison) message is dropped rather than silently queued again. An operator's re-send
+(``tidemark deadletter replay``) carries a new message id, so it queues once with count 0.
+
 **Time** is the peer's own log time: the clock is the largest ``timestamp_ms`` of any record
 of the peer applied so far, and a memory expires once ``clock >= until``. Expiry therefore
 depends only on the records, never on wall-clock time or batch boundaries, so a restarted
@@ -39,19 +48,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["SEND", "ACK", "PURGE", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS",
-           "DEFAULT_DEDUP_WINDOW_MS", "MAX_ID_BYTES", "CHUNK_IDS", "CHUNK_BYTES", "GC_CHUNKS",
+__all__ = ["SEND", "ACK", "PURGE", "FAIL", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS",
+           "DEFAULT_DEDUP_WINDOW_MS", "DEFAULT_DELIVERY_LIMIT", "Letter", "MAX_ID_BYTES",
+           "CHUNK_IDS", "CHUNK_BYTES", "GC_CHUNKS",
            "Event", "Change", "Ttl", "Entry", "Fifo", "PeerMeta", "Chunk", "PeerPlan",
            "ExpiryPlan", "plan_events", "expiry_chunks", "expiry_reads", "plan_expiry",
            "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
 
-SEND, ACK, PURGE = "Send", "Ack", "Purge"
+SEND, ACK, PURGE, FAIL = "Send", "Ack", "Purge", "DeliveryFailed"
 #: Memory classes, each with its own expiry FIFO: acked/purged ids, and early acks.
 DEDUP, EARLY = 0, 1
 #: How long (in the peer's log time) an early ack is remembered: 24 hours.
 DEFAULT_ACK_TTL_MS = 24 * 3600 * 1000
 #: How long an id acked after its Send, or purged, is remembered against duplicates: 10 min.
 DEFAULT_DEDUP_WINDOW_MS = 10 * 60 * 1000
+#: Failed deliveries after which a message goes to ``deadletter``.
+DEFAULT_DELIVERY_LIMIT = 5
 #: Longest peer or message id (UTF-8 bytes) the job keeps in its state; longer is poison.
 MAX_ID_BYTES = 1000
 #: A FIFO chunk holds at most this many ids and about this many bytes of ids.
@@ -98,21 +110,44 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Letter:
+    """A message dead-lettered by a batch: its Send's txlog offset (and the Send itself when it
+    was in the same batch), the failure count and the last failure's reason and offset."""
+
+    message_id: str
+    send_offset: int
+    delivery_count: int
+    reason: str
+    fail_offset: int
+    send: Event | None = None
+
+
+@dataclass(frozen=True)
 class Change:
-    """A net change of a batch: ``upsert`` with the queuing Send, or a tombstone."""
+    """A net change of a batch: ``upsert`` with the queuing Send, or a tombstone.
+
+    An upsert whose Send was in an earlier batch (only its delivery count changed) has
+    ``send`` None and the Send's offset in ``send_offset``. ``letters`` are the dead letters
+    this batch produced for the id (normally with a tombstone; rarely several, when tiny
+    lifetimes let the id be queued and fail again within one batch).
+    """
 
     message_id: str
     upsert: bool
     send: Event | None = None
     delivery_count: int = 0
+    letters: tuple[Letter, ...] = ()
+    send_offset: int = -1
 
 
 @dataclass(frozen=True)
 class Ttl:
-    """How long memories last, in the peer's log time (milliseconds)."""
+    """How long memories last, in the peer's log time (milliseconds), and after how many
+    failed deliveries a message is dead-lettered."""
 
     ack_ttl_ms: int = DEFAULT_ACK_TTL_MS
     dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
+    delivery_limit: int = DEFAULT_DELIVERY_LIMIT
 
     def of(self, cls: int) -> int:
         """The lifetime of memory class ``cls`` (:data:`DEDUP` or :data:`EARLY`)."""
@@ -123,8 +158,7 @@ class Ttl:
 class Entry:
     """One message id of a peer: queued (with its Send's offset), or remembered until a time.
 
-    ``delivery_count`` travels on the QueueEntry; it is kept per message so that counting
-    delivery failures later needs no new state layout.
+    ``delivery_count`` (failed deliveries so far) travels on the QueueEntry.
     """
 
     queued: bool
@@ -206,6 +240,7 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
     pending: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
     queued_by: dict[str, Event] = {}
     touched: set[str] = set()
+    letters: dict[str, list[Letter]] = {}
 
     def remember(mid: str, cls: int) -> None:
         until = clock + ttl.of(cls)
@@ -239,6 +274,21 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
                 remember(mid, DEDUP)
             else:
                 remember(mid, EARLY)
+        elif ev.kind == FAIL:
+            cur = overlay.get(mid)
+            if cur is None or not cur.queued:
+                continue  # not queued (acked, purged, dead-lettered, unknown): ignored
+            touched.add(mid)
+            count = cur.delivery_count + 1
+            if count < ttl.delivery_limit:
+                overlay[mid] = replace(cur, delivery_count=count)
+                continue
+            send = queued_by.pop(mid, None)
+            reason = str((ev.record or {}).get("reason", ""))
+            letters.setdefault(mid, []).append(Letter(mid, cur.offset, count, reason,
+                                                      ev.offset, send))
+            queued -= 1
+            remember(mid, EARLY)
         elif ev.kind == PURGE:
             for qid in [m for m, e in overlay.items() if e is not None and e.queued]:
                 touched.add(qid)
@@ -253,11 +303,16 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
         start, end = entries.get(mid), overlay.get(mid)
         if end != start:
             writes[mid] = end
-        now = end is not None and end.queued
-        if end is not None and now and mid in queued_by:  # queued (or re-queued) here
-            changes.append(Change(mid, True, queued_by[mid], end.delivery_count))
-        elif start is not None and start.queued and not now:
-            changes.append(Change(mid, False))
+        lets = tuple(letters.get(mid, ()))
+        was = start is not None and start.queued
+        if end is not None and end.queued:
+            if mid in queued_by:  # queued (or re-queued) here
+                changes.append(Change(mid, True, queued_by[mid], end.delivery_count, lets,
+                                      end.offset))
+            elif start is None or end.delivery_count != start.delivery_count or lets:
+                changes.append(Change(mid, True, None, end.delivery_count, lets, end.offset))
+        elif was or lets:
+            changes.append(Change(mid, False, letters=lets))
     fifos = list(meta.fifos)
     chunks: list[tuple[int, int, Chunk]] = []
     for cls in (DEDUP, EARLY):

@@ -7,13 +7,19 @@ import os
 import time
 from typing import Any
 
-from log.exceptions import OversizedMessageError
+from log.codec import default_codec
+from log.exceptions import CodecError, OversizedMessageError
 from log.producer import LogProducer
 from log.settings import Settings
-from spark_streaming.queue_state import progress_key
-from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE
+from spark_streaming.fetch import read_offsets
+from spark_streaming.queue_state import progress_key, split_queue_key
+from spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, OUTPUT_COLUMNS, TOMBSTONE
 
-__all__ = ["BatchWriter"]
+__all__ = ["BatchWriter", "LETTER_SOURCE", "POISON_SOURCE"]
+
+#: ``tidemark.source`` header of a message dead-lettered after too many failed deliveries,
+#: and of a txlog record the job could not decode.
+LETTER_SOURCE, POISON_SOURCE = "spark-delivery", "spark-queues"
 
 log = logging.getLogger("spark_streaming.job")
 
@@ -33,6 +39,7 @@ class BatchWriter:
         self._producer: LogProducer | None = None
         self.batches = 0
         self.dead = 0
+        self.letters = 0
         self.profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
         self.timings: dict[str, float] = {}
 
@@ -47,7 +54,7 @@ class BatchWriter:
               offset: int) -> None:
         """Copy a record to deadletter (without its bytes if they are too large)."""
         headers = [("tidemark.reason", reason.encode()[:1000]),
-                   ("tidemark.source", b"spark-queues"),
+                   ("tidemark.source", POISON_SOURCE.encode()),
                    ("tidemark.topic", self.settings.topic("txlog").encode()),
                    ("tidemark.partition", str(part).encode()),
                    ("tidemark.offset", str(offset).encode())]
@@ -57,6 +64,49 @@ class BatchWriter:
         except OversizedMessageError as exc:
             headers[0] = ("tidemark.reason", f"{reason}; value dropped: {exc}".encode()[:1000])
             self.producer.produce_raw(topic, key, None, headers=headers)
+
+    def _read_sends(self, rows: list[tuple[Any, ...]]) -> dict[tuple[int, int], Any]:
+        """The txlog records of Sends from earlier batches that rows need (rare: failures)."""
+        wanted = {(r[3], r[4]) for r in rows
+                  if r[2] is None and (r[0] == LETTER or (r[0] == ENTRY and r[4] >= 0))}
+        return read_offsets(self.settings, "txlog", wanted) if wanted else {}
+
+    def _recount(self, key: bytes, found: Any, part: int, offset: int,
+                 count: int) -> bytes | None:
+        """A QueueEntry with a new delivery count, from its Send read back from txlog."""
+        if found is None:
+            log.warning("txlog %d@%d (the Send of a queue entry) is gone; its delivery count"
+                        " %d is not published", offset, part, count)
+            return None
+        try:
+            rec = default_codec().decode(found[1]).record
+        except CodecError as exc:
+            log.warning("txlog %d@%d does not decode (%s)", offset, part, exc)
+            return None
+        peer, mid = split_queue_key(key.decode())
+        return default_codec().encode("QueueEntry", {
+            "peer": peer, "message_id": mid, "sender": rec["sender"],
+            "message_type": rec["message_type"], "payload": rec["payload"],
+            "timestamp_ms": rec["timestamp_ms"], "txlog_partition": part,
+            "txlog_offset": offset, "delivery_count": count})
+
+    def _letter(self, qkey: bytes, value: bytes | None, reason: str, part: int, offset: int,
+                count: int) -> None:
+        """The original Send to deadletter: key = peer, headers say why and from where."""
+        peer, mid = split_queue_key(qkey.decode())
+        headers = [("tidemark.reason", reason.encode()[:1000]),
+                   ("tidemark.source", LETTER_SOURCE.encode()),
+                   ("tidemark.topic", self.settings.topic("txlog").encode()),
+                   ("tidemark.partition", str(part).encode()),
+                   ("tidemark.offset", str(offset).encode()),
+                   ("tidemark.delivery_count", str(count).encode()),
+                   ("tidemark.peer", peer.encode()),
+                   ("tidemark.message_id", mid.encode())]
+        if value is None:
+            log.warning("txlog %d@%d (the Send of dead-lettered %s) is gone", offset, part, mid)
+        self.producer.produce_raw(self.producer.topic("deadletter"), peer.encode(), value,
+                                  headers=headers)
+        self.letters += 1
 
     def __call__(self, df: Any, batch_id: int) -> None:
         t0 = time.perf_counter()
@@ -74,7 +124,7 @@ class BatchWriter:
                                       **self.timings}) + "\n")
 
     def write(self, batch_id: int, rows: list[tuple[Any, ...]]) -> None:
-        """Write one batch's output rows ``(kind, key, value, partition, offset, reason)``,
+        """Write one batch's output rows (:data:`~spark_streaming.transform.OUTPUT_COLUMNS`),
         then its progress records."""
         producer = self.producer
         queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
@@ -82,13 +132,22 @@ class BatchWriter:
         top: dict[int, int] = {}
         dead = 0
         t0 = time.perf_counter()
-        for kind, key, value, part, offset, reason in rows:
+        sends = self._read_sends(rows)
+        for kind, key, value, part, offset, reason, count in rows:
+            if kind == ENTRY and value is None:
+                value = self._recount(key, sends.get((part, offset)), part, offset, count)
+                if value is None:
+                    continue
             if kind in (ENTRY, TOMBSTONE):
                 try:
                     produce(queues, key, value, partition=part)
                 except OversizedMessageError as exc:  # a Send near the size limit
                     self._dead(key, None, f"queue entry not written: {exc}", part, offset)
                     dead += 1
+            elif kind == LETTER:
+                if value is None:
+                    value = (sends.get((part, offset)) or (None, None))[1]
+                self._letter(key, value, reason or "", part, offset, count)
             elif kind == MARK:
                 top[part] = max(top.get(part, -1), offset)
             elif kind == DEAD:
@@ -116,7 +175,7 @@ class BatchWriter:
 def _collect(df: Any) -> list[tuple[Any, ...]]:
     """The batch's output rows as tuples, in one Spark job: through Arrow (columnar, no
     per-row pickling), else ``collect``."""
-    names = ("kind", "key", "value", "partition", "offset", "reason")
+    names = OUTPUT_COLUMNS
     to_arrow = getattr(df, "toArrow", None)
     if to_arrow is None:
         return [tuple(r[n] for n in names) for r in df.collect()]

@@ -8,7 +8,13 @@ writes only the entries its rows name (plus expired memories, and the whole grou
 Purge), in a handful of batched round trips. Output rows (:data:`OUTPUT_SCHEMA`) are:
 
 * ``entry``: a QueueEntry upsert (``key`` = peer NUL message id, ``value`` = QueueEntry);
+  when only the delivery count changed and the Send was in an earlier batch, ``value`` is
+  null and ``offset``/``count`` say which Send and which count: the sink reads that Send back
+  from txlog (failures are rare; the state keeps no message bytes);
 * ``tombstone``: the same key with a null value;
+* ``letter``: a message that failed ``delivery_limit`` times: ``key`` = peer NUL message id,
+  ``value`` = the original Send's bytes (null when the Send was in an earlier batch: the sink
+  reads it back), ``offset`` = the Send's txlog offset, ``count``, ``reason`` = last reason;
 * ``dead``: an undecodable or inconsistent txlog record, to copy to ``deadletter``;
 * ``mark``: one per txlog partition: the highest txlog offset the batch applied.
 """
@@ -24,6 +30,7 @@ from log.codec import Codec, default_codec
 from log.exceptions import CodecError
 from spark_streaming.queue_state import (
     ACK,
+    FAIL,
     MAX_ID_BYTES,
     PURGE,
     SEND,
@@ -54,17 +61,20 @@ from spark_streaming.state_layout import (
     split_entry_key,
 )
 
-__all__ = ["OUTPUT_SCHEMA", "INPUT_COLUMNS", "ENTRY", "TOMBSTONE", "DEAD", "MARK",
+__all__ = ["OUTPUT_SCHEMA", "OUTPUT_COLUMNS", "INPUT_COLUMNS", "ENTRY", "TOMBSTONE", "DEAD",
+           "MARK", "LETTER",
            "apply_batch", "process_rows"]
 
 #: Columns the job selects from the Kafka source, in this order.
 INPUT_COLUMNS = ("key", "value", "partition", "offset")
 #: Spark DDL of the rows :func:`process_rows` returns.
 OUTPUT_SCHEMA = ("kind string, key binary, value binary, partition int, offset long,"
-                 " reason string")
-ENTRY, TOMBSTONE, DEAD, MARK = "entry", "tombstone", "dead", "mark"
-_PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer"}
-_COLUMNS = ["kind", "key", "value", "partition", "offset", "reason"]
+                 " reason string, count int")
+ENTRY, TOMBSTONE, DEAD, MARK, LETTER = "entry", "tombstone", "dead", "mark", "letter"
+_PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer", FAIL: "peer"}
+#: Column names of the output rows, in :data:`OUTPUT_SCHEMA` order.
+OUTPUT_COLUMNS = ("kind", "key", "value", "partition", "offset", "reason", "count")
+_COLUMNS = list(OUTPUT_COLUMNS)
 _Id = tuple[str, str]                # (peer, message id)
 _ChunkId = tuple[str, int, int]      # (peer, fifo, seq)
 
@@ -83,7 +93,7 @@ def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: 
     if "\x00" in peer:
         raise ValueError("peer id with a NUL character (queue keys are peer NUL message id)")
     return Event(decoded_name, offset, int(record["timestamp_ms"]), mid,
-                 record if decoded_name == SEND else None)
+                 record if decoded_name in (SEND, FAIL) else None)
 
 
 def _peer_of(key: Any) -> str | None:
@@ -183,7 +193,7 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
     codec = codec or default_codec()
     reader = _READERS.get(id(codec))
     if reader is None or reader.codec is not codec:
-        reader = _READERS[id(codec)] = RecordReader(codec)
+        reader = _READERS[id(codec)] = RecordReader(codec, (SEND, ACK, PURGE, FAIL))
     rows = rows.sort_values(["partition", "offset"], kind="stable")
     out: list[tuple[Any, ...]] = []
     events: dict[str, list[Event]] = {}
@@ -198,16 +208,25 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
         except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
             out.append((DEAD, bytes(key) if key is not None and len(key) else None,
                         None if value is None else bytes(value), part, off,
-                        f"{type(exc).__name__}: {exc}"))
+                        f"{type(exc).__name__}: {exc}", 0))
             continue
         assert peer is not None
         events.setdefault(peer, []).append(event)
         where[(peer, off)] = part
     changes = apply_batch(maps, events, ttl) if events else {}
+    sends: dict[int, bytes] | None = None  # txlog offset -> Send bytes, built for letters
     for peer in sorted(changes):
         last_part = where[(peer, events[peer][-1].offset)]
         for change in changes[peer]:
             qkey = queue_key(peer, change.message_id).encode()
+            for letter in change.letters:
+                if sends is None:
+                    sends = {int(o): bytes(v) for o, v in zip(rows["offset"], rows["value"],
+                                                              strict=True) if v is not None}
+                part = where[(peer, letter.fail_offset)]  # a peer's records share a partition
+                out.append((LETTER, qkey, sends.get(letter.send_offset)
+                            if letter.send is not None else None, part, letter.send_offset,
+                            letter.reason, letter.delivery_count))
             if change.upsert and change.send is not None:
                 send = change.send
                 rec = send.record or {}
@@ -217,11 +236,14 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
                     "message_type": rec["message_type"], "payload": rec["payload"],
                     "timestamp_ms": send.timestamp_ms, "txlog_partition": part,
                     "txlog_offset": send.offset, "delivery_count": change.delivery_count})
-                out.append((ENTRY, qkey, value, part, send.offset, None))
+                out.append((ENTRY, qkey, value, part, send.offset, None, change.delivery_count))
+            elif change.upsert:  # a new count for a Send of an earlier batch: sink reads it
+                out.append((ENTRY, qkey, None, last_part, change.send_offset, None,
+                            change.delivery_count))
             else:
-                out.append((TOMBSTONE, qkey, None, last_part, -1, None))
+                out.append((TOMBSTONE, qkey, None, last_part, -1, None, 0))
     if len(rows):
         for part, top in rows.groupby("partition")["offset"].max().items():
-            out.append((MARK, None, None, int(part), int(top), None))
+            out.append((MARK, None, None, int(part), int(top), None, 0))
     frame = pd.DataFrame(out, columns=_COLUMNS)
-    return frame.astype({"partition": "int32", "offset": "int64"})
+    return frame.astype({"partition": "int32", "offset": "int64", "count": "int32"})

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 
 from log import registry
 from log.exceptions import TidemarkError
-from tidemark.commands import cluster, demo, local, peer, queues, replica, txlog
+from tidemark.commands import cluster, deadletter, demo, local, peer, queues, replica, txlog
 from tidemark.options import Parser, env_flag
 
 __all__ = ["main", "build_parser"]
 
 #: Command modules, in help order.
-COMMANDS = (local, txlog, replica, cluster, queues, peer, demo)
+COMMANDS = (local, txlog, replica, cluster, queues, deadletter, peer, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,10 @@ between some batches as a job restarted from its checkpoint would be. After ever
 * its queued entries equal the model's (with the Send offsets) and its memories that have
   not expired equal the model's, with the same expiry;
 * re-running the batch from the same starting state gives the same changes and state;
-* memories do expire and leave the state: nothing outlives its window for long.
+* memories do expire and leave the state: nothing outlives its window for long;
+* delivery counts: every DeliveryFailed of a queued id adds one to its count, on the entry and
+  on every upsert; at the limit the id leaves the queue as exactly one dead letter (count, last
+  reason, Send offset) and is remembered like an early ack, so a duplicate Send stays out.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from hypothesis import strategies as st
 from spark_streaming.queue_state import (
     ACK,
     EARLY,
+    FAIL,
     PURGE,
     SEND,
     Entry,
@@ -40,9 +44,11 @@ from spark_streaming.transform import apply_batch
 class DictModel:
     """Unacked messages of one peer, one event at a time, from first principles."""
 
-    def __init__(self, ack_ttl_ms: int, dedup_ms: int) -> None:
-        self.ack_ttl_ms, self.dedup_ms = ack_ttl_ms, dedup_ms
+    def __init__(self, ack_ttl_ms: int, dedup_ms: int, limit: int = 5) -> None:
+        self.ack_ttl_ms, self.dedup_ms, self.limit = ack_ttl_ms, dedup_ms, limit
         self.queue: dict[str, int] = {}
+        self.counts: dict[str, int] = {}  # failed deliveries of each queued id
+        self.letters: list[tuple[str, int, int, str]] = []  # (id, Send offset, count, reason)
         self.clock = 0
         self.dropped: list[tuple[str, int]] = []  # (message id, remembered until)
 
@@ -54,6 +60,15 @@ class DictModel:
         if ev.kind == SEND:
             if ev.message_id not in self.queue and not self._cancelled(ev.message_id):
                 self.queue[ev.message_id] = ev.offset
+                self.counts[ev.message_id] = 0
+        elif ev.kind == FAIL:
+            if ev.message_id in self.queue:
+                self.counts[ev.message_id] += 1
+                if self.counts[ev.message_id] >= self.limit:
+                    reason = (ev.record or {})["reason"]
+                    self.letters.append((ev.message_id, self.queue.pop(ev.message_id),
+                                         self.counts[ev.message_id], reason))
+                    self.dropped.append((ev.message_id, self.clock + self.ack_ttl_ms))
         elif ev.kind == ACK:
             early = ev.message_id not in self.queue
             self.queue.pop(ev.message_id, None)
@@ -72,7 +87,7 @@ class DictModel:
         return out
 
 
-Case = tuple[list[tuple[str, Event]], list[int], tuple[int, int], list[bool]]
+Case = tuple[list[tuple[str, Event]], list[int], tuple[int, int, int], list[bool]]
 
 
 @st.composite
@@ -85,12 +100,14 @@ def streams(draw: st.DrawFn) -> Case:
     events, ts = [], 0
     for offset in range(n):
         ts = max(0, ts + draw(st.integers(-3, 10)))  # producers' clocks are not in sync
-        kind = draw(st.sampled_from([SEND, SEND, SEND, ACK, ACK, PURGE]))
+        kind = draw(st.sampled_from([SEND, SEND, SEND, ACK, ACK, PURGE, FAIL, FAIL, FAIL]))
         mid = draw(st.sampled_from(ids)) if kind != PURGE else ""
-        record = {"message_id": mid, "payload": b"x"} if kind == SEND else None
+        record = {"message_id": mid, "payload": b"x"} if kind == SEND else \
+            {"message_id": mid, "reason": f"r{offset}"} if kind == FAIL else None
         events.append((draw(st.sampled_from(peers)), Event(kind, offset, ts, mid, record)))
     cuts = sorted(set(draw(st.lists(st.integers(0, n), max_size=12))) | {n})
-    ttls = (draw(st.sampled_from([0, 1, 5, 20, 10**9])), draw(st.sampled_from([0, 3, 10, 10**9])))
+    ttls = (draw(st.sampled_from([0, 1, 5, 20, 10**9])), draw(st.sampled_from([0, 3, 10, 10**9])),
+            draw(st.sampled_from([1, 2, 3, 5])))
     restarts = draw(st.lists(st.booleans(), min_size=len(cuts), max_size=len(cuts)))
     return events, cuts, ttls, restarts
 
@@ -109,10 +126,12 @@ def _entries(maps: MemoryMaps) -> dict[tuple[str, str], Entry]:
 @settings(max_examples=500, deadline=None)
 @given(streams())
 def test_batches_and_restarts_match_dict_model(case: Case) -> None:
-    events, cuts, (ack_ttl, dedup), restarts = case
-    ttl = Ttl(ack_ttl, dedup)
+    events, cuts, (ack_ttl, dedup, limit), restarts = case
+    ttl = Ttl(ack_ttl, dedup, limit)
     models: dict[str, DictModel] = {}
     view: dict[tuple[str, str], int] = {}  # compacted queues: (peer, message id) -> offset
+    counts: dict[tuple[str, str], int] = {}  # compacted queues: the entries' delivery_count
+    letters: dict[str, list[tuple[str, int, int, str]]] = {}
     maps = MemoryMaps()
     start = 0
     for cut, restart in zip(cuts, restarts, strict=True):
@@ -126,17 +145,31 @@ def test_batches_and_restarts_match_dict_model(case: Case) -> None:
         for peer, peer_changes in changes.items():
             assert len({c.message_id for c in peer_changes}) == len(peer_changes)  # one per key
             for change in peer_changes:
+                for x in change.letters:
+                    letters.setdefault(peer, []).append(
+                        (x.message_id, x.send_offset, x.delivery_count, x.reason))
                 if change.upsert:
-                    assert change.send is not None and change.send.kind == SEND
-                    view[(peer, change.message_id)] = change.send.offset
+                    if change.send is not None:
+                        assert change.send.kind == SEND
+                        assert change.send.offset == change.send_offset
+                    else:  # only the count changed: the Send is already in the view
+                        assert view[(peer, change.message_id)] == change.send_offset
+                    view[(peer, change.message_id)] = change.send_offset
+                    counts[(peer, change.message_id)] = change.delivery_count
                 else:
                     view.pop((peer, change.message_id), None)
+                    counts.pop((peer, change.message_id), None)
         for peer, ev in batch:
-            models.setdefault(peer, DictModel(ack_ttl, dedup)).apply(ev)
+            models.setdefault(peer, DictModel(ack_ttl, dedup, limit)).apply(ev)
         expected = {(p, m): o for p, model in models.items() for m, o in model.queue.items()}
         assert view == expected
+        assert counts == {(p, m): c for p, model in models.items()
+                          for m, c in model.counts.items() if m in model.queue}
+        assert {p: sorted(x) for p, x in letters.items()} == {  # a batch's: in key order
+            p: sorted(model.letters) for p, model in models.items() if model.letters}
         stored = _entries(maps)
         assert {k: e.offset for k, e in stored.items() if e.queued} == expected
+        assert {k: e.delivery_count for k, e in stored.items() if e.queued} == counts
         for peer, model in models.items():
             meta = maps.metas()[peer]
             assert meta.clock == model.clock and meta.queued == len(model.queue)
@@ -151,8 +184,8 @@ def test_batches_and_restarts_match_dict_model(case: Case) -> None:
 def test_memories_leave_the_state(case: Case) -> None:
     """Once every window has passed (a later record of each peer), only the queued entries,
     the metas and no expiry chunk remain."""
-    events, cuts, (ack_ttl, dedup), _ = case
-    ttl = Ttl(ack_ttl, dedup)
+    events, cuts, (ack_ttl, dedup, limit), _ = case
+    ttl = Ttl(ack_ttl, dedup, limit)
     maps = MemoryMaps()
     for start, cut in zip([0, *cuts], cuts, strict=False):
         _batch(maps, events[start:cut], ttl)
@@ -211,3 +244,29 @@ def test_meta_and_keys() -> None:
     assert PeerMeta().empty
     assert split_queue_key(queue_key("peer/1", "m:2")) == ("peer/1", "m:2")
     assert is_progress_key(progress_key(3)) and not is_progress_key(queue_key("p", "m"))
+
+
+def test_failures_count_exactly_then_dead_letter_and_block_duplicates() -> None:
+    """Counts on upserts, one letter at the limit with the last reason, a failure of an id that
+    is not queued is ignored, and a duplicate Send of the dead id is not queued again."""
+    ttl = Ttl(1000, 100, 3)
+    maps = MemoryMaps()
+
+    def fail(off: int, mid: str, why: str) -> tuple[str, Event]:
+        return ("p", Event(FAIL, off, 20 + off, mid, {"reason": why}))
+
+    first = _batch(maps, [("p", Event(SEND, 0, 10, "a", {})), fail(1, "a", "boom-1"),
+                          fail(2, "ghost", "not queued")], ttl)["p"]
+    assert [(c.message_id, c.upsert, c.delivery_count) for c in first] == [("a", True, 1)]
+    assert first[0].send is not None and not first[0].letters
+    second = _batch(maps, [fail(3, "a", "boom-2")], ttl)["p"]
+    assert [(c.upsert, c.send, c.send_offset, c.delivery_count) for c in second] == [
+        (True, None, 0, 2)]
+    third = _batch(maps, [fail(4, "a", "boom-3"), fail(5, "a", "too late"),
+                          ("p", Event(SEND, 6, 30, "a", {}))], ttl)["p"]
+    assert len(third) == 1 and not third[0].upsert
+    (letter,) = third[0].letters
+    assert (letter.send_offset, letter.delivery_count, letter.reason, letter.fail_offset) == (
+        0, 3, "boom-3", 4)
+    assert maps.entries()[("p", "a")] == Entry(False, until=24 + 1000)
+    assert maps.metas()["p"].queued == 0

@@ -14,7 +14,7 @@ from spark_streaming.checkpoint import default_checkpoint
 from spark_streaming.job import JobOptions, state_partitions
 from spark_streaming.queue_state import MAX_ID_BYTES, Ttl, queue_key
 from spark_streaming.state_layout import MemoryMaps
-from spark_streaming.transform import DEAD, ENTRY, MARK, TOMBSTONE, process_rows
+from spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, TOMBSTONE, process_rows
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan
 
@@ -73,10 +73,40 @@ def test_rows_in_offset_order_per_peer_with_dead_letters_and_marks() -> None:
     assert maps.chunk_count("a") == 0 and maps.chunk_count("b") == 1
 
 
+def _fail(peer: str, mid: str, why: str) -> bytes:
+    return C.encode("DeliveryFailed", {"message_id": mid, "peer": peer, "environment": "e",
+                                       "sender": "s", "message_type": "t", "reason": why,
+                                       "timestamp_ms": 7})
+
+
+def test_failures_update_counts_then_dead_letter_the_original_send() -> None:
+    maps = MemoryMaps()
+    ttl = Ttl(1000, 500, 3)
+    send_a, send_b = _send("a", "1"), _send("a", "2")  # Sends carry delivery_count 2
+    out = process_rows(_frame([(b"a", send_a, 0), (b"a", _fail("a", "1", "x"), 0),
+                               (b"a", _fail("a", "9", "not queued"), 0)]), maps, ttl)
+    # 2 + 1 failure reach the limit within the batch: no entry, a letter with the Send's bytes
+    assert out[out.kind == ENTRY].empty
+    assert list(out[out.kind == TOMBSTONE].key) == [queue_key("a", "1").encode()]
+    letters = out[out.kind == LETTER]
+    assert list(letters.value) == [send_a] and list(letters["count"]) == [3]
+    assert list(letters.reason) == ["x"] and list(letters.offset) == [0]
+    # a Send of an earlier batch: a count-only upsert and a letter without the bytes
+    process_rows(_frame([(b"a", send_b, 0)]), maps, Ttl(1000, 500, 4))
+    out = process_rows(_frame([(b"a", _fail("a", "2", "y"), 0)]), maps, Ttl(1000, 500, 4))
+    (row,) = out[out.kind == ENTRY].itertuples()
+    assert row.value is None and (row.offset, row.count, row.partition) == (0, 3, 3)
+    out = process_rows(_frame([(b"a", _fail("a", "2", "z"), 0)]), maps, Ttl(1000, 500, 4))
+    assert list(out[out.kind == TOMBSTONE].key) == [queue_key("a", "2").encode()]
+    (row,) = out[out.kind == LETTER].itertuples()
+    assert row.value is None and (row.offset, row.count, row.reason) == (0, 4, "z")
+    assert row.key == queue_key("a", "2").encode()
+
+
 def test_empty_frame() -> None:
     out = process_rows(_frame([]), MemoryMaps(), Ttl())
     assert out.empty and list(out.columns) == ["kind", "key", "value", "partition", "offset",
-                                               "reason"]
+                                               "reason", "count"]
 
 
 def test_durations_checkpoint_partitions_and_plan(tmp_path) -> None:
