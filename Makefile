@@ -1,4 +1,4 @@
-# Tidemark: `make demo` runs the main job on a local stack, `make test` runs the suite.
+# Tidemark: `make demo` runs the replay scenario on a local stack, `make test` runs the suite.
 # Both build the virtualenv and fetch the JVM artifacts (Kafka broker, Spark's Kafka
 # connector) through Maven into ~/.cache/tidemark on first use.
 

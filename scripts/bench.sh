@@ -34,4 +34,10 @@ echo "== bench stable (send->stable at durability all, 10k msgs/s, target p99 <=
 $T local up --replicas 2x2 >/dev/null
 $T bench stable ${BENCH_ARGS:-}
 echo
+echo "== bench replay (a 1M backlog replayed into a Peer's handler vs a raw consumer of the same"
+echo "   queue records; targets >= 100k msgs/s and ratio >= 0.5; replica RSS sampled). The bench"
+echo "   writes the Sends and their queue records itself in the queues job's format (--fill"
+echo "   direct): the job is measured by bench queues above, not here."
+$T bench replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}" ${BENCH_ARGS:-}
+echo
 echo "== load average after: $(cut -d" " -f1-3 /proc/loadavg)"

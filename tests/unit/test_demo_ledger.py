@@ -59,3 +59,22 @@ def test_tally_counts_lost_twice_live_and_order() -> None:
     assert t.live == 3 and t.from_log == 3
     assert t.out_of_order == 2  # a1 after a2, a0 again after a2
     assert tally(sent, handled[:2]).lost == ["a1", "c0"]
+
+
+def test_summary_table_shows_every_count_and_the_verdict() -> None:
+    from tidemark.demo.report import render
+    r = {"sent": 10, "sent_by": {"A": {"ticks": 9, "notes": 1}}, "handled": 10,
+         "delivered_live": 4, "handled_from_log": 6, "replayed": 5, "forwarded": 1,
+         "replay_duplicates_dropped": 0, "duplicates_dropped": 2, "redelivered_after_kill": 1,
+         "deadlettered": None, "lost": 0, "lost_ids": [], "handled_twice": 0,
+         "out_of_order": 0, "unexpected": 0,
+         "replay": {"barrier": 7, "partition": 1, "nodes": ["p1r0"], "retries": 0,
+                    "replay_ms": 12.5, "handover_ms": 3.0, "handover_target": 9},
+         "stable_cut": {"txlog/1": 9}, "gc_point": {"txlog/1": 7}, "status_error": None,
+         "queue_depths": {"B": 0, "total": 0}, "folder": "/x", "ok": True}
+    text = render(r)
+    for needle in ("sent (confirmed in txlog)", "delivered live", "replayed (B2", "forwarded",
+                   "duplicates dropped", "dead-lettered", "LOST", "stable cut (UST)",
+                   "txlog/1=9", "GC point", "txlog/1=7", "queue depth", "PASS"):
+        assert needle in text, needle
+    assert "FAIL" in render({**r, "ok": False, "lost": 1, "lost_ids": ["m"]})
