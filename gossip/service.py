@@ -404,9 +404,11 @@ def fetch_status(addresses: Iterable[str], timeout: float = 5.0,
 
 
 def wait_replicated(client: ReplicaClient, epoch: Epoch, partition: int, offset: int,
-                    level: str, timeout_s: float, pool: ThreadPoolExecutor) -> list[str]:
+                    level: str, timeout_s: float, pool: ThreadPoolExecutor
+                    ) -> tuple[list[str], int]:
     """Block until txlog ``partition`` offset ``offset`` holds at ``level``; returns the nodes
-    that confirmed it.
+    that confirmed it and the end (exclusive) up to which the partition is known to hold at
+    ``level`` (at least ``offset + 1``), so that one answer settles every earlier wait.
 
     ``quorum``: a majority of the partition's counting replicas applied it (``WaitApplied``);
     ``all``: the universal stable cut covers it (``WaitStable``; one node's cut suffices,
@@ -417,26 +419,31 @@ def wait_replicated(client: ReplicaClient, epoch: Epoch, partition: int, offset:
     replicas = epoch.owners().get(tp, [])
     if not replicas:
         raise GossipError(f"no replica owns {tp} in epoch {epoch.epoch}")
-    method, need = (("WaitApplied", len(replicas) // 2 + 1) if level == "quorum"
-                    else ("WaitStable", 1))
+    method, need, field = (("WaitApplied", len(replicas) // 2 + 1, "applied_end")
+                           if level == "quorum" else ("WaitStable", 1, "stable_end"))
     body = json.dumps({"partition": partition, "offset": offset,
                        "timeout_ms": int(timeout_s * 1000)}).encode()
 
-    def ask(node: str) -> str | None:
+    def ask(node: str) -> tuple[str, int] | None:
         try:
             reply = json.loads(client.call(epoch.nodes[node], method, body,
                                            timeout=timeout_s + 2))
-            return node if reply.get("reached") else None
-        except grpc.RpcError:
+            if not reply.get("reached"):
+                return None
+            return node, max(offset + 1, int(reply.get(field) or 0))
+        except (grpc.RpcError, ValueError, TypeError):
             return None
     futures = [pool.submit(ask, n) for n in replicas]
     confirmed: list[str] = []
+    ends: list[int] = []
     for fut in as_completed(futures):
-        node = fut.result()
-        if node is not None:
-            confirmed.append(node)
+        answer = fut.result()
+        if answer is not None:
+            confirmed.append(answer[0])
+            ends.append(answer[1])
             if len(confirmed) >= need:
-                return confirmed
+                # each of the `need` confirming nodes holds at least up to the smallest end
+                return confirmed, min(ends)
     raise DurabilityTimeoutError(
         f"{level} not reached for {tp} offset {offset} within {timeout_s:g} s: "
         f"{len(confirmed)} of {len(replicas)} replicas ({', '.join(replicas)}) confirmed,"

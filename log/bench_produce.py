@@ -21,10 +21,11 @@ from log.producer import LogProducer
 from log.settings import Settings
 from log.topics import topic_specs
 
-__all__ = ["bench_produce", "raw_produce_rate"]
+__all__ = ["bench_produce", "bench_topic", "raw_produce_rate"]
 
 
-def _bench_topic(settings: Settings) -> str:
+def bench_topic(settings: Settings) -> str:
+    """The bench topic (created like txlog if missing); no component reads it."""
     name = settings.topic("bench")
     admin = AdminClient(settings.admin_config())
     if name not in admin.list_topics(timeout=10).topics:
@@ -82,7 +83,7 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
                   rounds: int = 3, peers: int = 1000,
                   progress: Callable[[str], None] = lambda m: None) -> dict:
     """Run alternating rounds; returns rates (msg/s), their medians and the ratio."""
-    topic = _bench_topic(settings)
+    topic = bench_topic(settings)
     payload = os.urandom(payload_bytes)
     keys = [f"peer-{i % peers}" for i in range(messages)]
     sample = LogProducer(settings).codec.encode("Send", {

@@ -102,19 +102,55 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
 
 
 
-def _timer(out: list[float], sent_at: float) -> Callable[[Any], None]:
-    def done(_: Any) -> None:
+def _timer(out: list[float], sent_at: float) -> Callable[..., None]:
+    def done(*_: Any) -> None:
         out.append(time.perf_counter() - sent_at)
     return done
+
+
+def _pct(values: list[float], p: float) -> float:
+    """Percentile ``p`` of ``values`` (seconds) in milliseconds, rounded."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 1)
+
+
+def raw_ack_latency(settings: Settings, rate: int, seconds: float, size: int,
+                    recipients: int = 100) -> dict[str, float]:
+    """The baseline of :func:`bench_stable`: a plain confluent-kafka producer with the durable
+    settings (acks=all) paced at the same rate; p50/p99 from ``produce`` to its delivery
+    report, i.e. what Kafka alone takes to make a record durable on the same cluster."""
+    from confluent_kafka import Producer
+
+    from log.bench_produce import bench_topic
+    producer = Producer(settings.producer_config())
+    topic, value = bench_topic(settings), os.urandom(size)  # shaped like txlog, not read
+    latencies: list[float] = []
+    total = max(1, int(rate * seconds))
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        while time.perf_counter() < due:
+            producer.poll(0)
+            time.sleep(max(0.0, min(0.001, due - time.perf_counter())))
+        producer.produce(topic, value, f"bench-raw-{i % recipients}",
+                         on_delivery=_timer(latencies, time.perf_counter()))
+        producer.poll(0)
+    producer.flush(60)
+    return {"p50_ms": _pct(latencies, 0.50), "p99_ms": _pct(latencies, 0.99)}
 
 
 def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
                  payload_bytes: int = 150,
                  progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Send→stable latency: ``send_nowait`` at durability ``all`` at ``rate`` msgs/s for
-    ``seconds``; p50/p99 of the time from the call to the stable cut covering the Send.
+    ``seconds``; p50/p99 of the time from the call to the stable cut covering the Send,
+    beside the raw baseline (:func:`raw_ack_latency`, same rate, same cluster).
     Needs the replica nodes (``tidemark local up --replicas 2x2``) on ``settings``' topics."""
     msg = BenchPayload(os.urandom(payload_bytes))
+    progress(f"raw baseline: plain producer, acks=all, {rate}/s for {seconds:g} s")
+    raw = raw_ack_latency(settings, rate, seconds, payload_bytes + 60)
     total = max(1, int(rate * seconds))
     latencies: list[float] = []
     options = PeerOptions(flight_size=max(total, 1), heartbeat_ms=60_000)
@@ -132,11 +168,8 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
         progress(f"sent {total} at durability all; waiting for the stable cut")
         failed = sum(1 for h in handles if not h.wait(120) or h.exception() is not None)
     achieved = total / max(1e-9, time.perf_counter() - start)
-    ordered = sorted(latencies)
-
-    def pct(p: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 1) \
-            if ordered else float("nan")
+    p99 = _pct(latencies, 0.99)
     return {"messages": total, "target_rate": rate, "achieved_rate": round(achieved),
-            "stable_p50_ms": pct(0.50), "stable_p99_ms": pct(0.99), "failed": failed,
-            "target_p99_ms": 100}
+            "stable_p50_ms": _pct(latencies, 0.50), "stable_p99_ms": p99, "failed": failed,
+            "target_p99_ms": 100, "raw_ack_p50_ms": raw["p50_ms"], "raw_ack_p99_ms": raw["p99_ms"],
+            "ratio_p99": round(p99 / raw["p99_ms"], 2) if raw["p99_ms"] else None}

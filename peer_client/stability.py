@@ -89,8 +89,8 @@ class ReplicaStability:
             budget = min(self.round_s, max(0.05, min(w[1] for w in live) - now))
             started = time.monotonic()
             try:
-                wait_replicated(self._client, self._epoch(), partition, target, level, budget,
-                                self._pool)
+                _, end = wait_replicated(self._client, self._epoch(), partition, target,
+                                         level, budget, self._pool)
             except ReplicaTimeout as exc:
                 last = str(exc)
                 if time.monotonic() - started < budget / 2:  # nodes unreachable: back off
@@ -105,8 +105,10 @@ class ReplicaStability:
             backoff = 0.05
             with self._lock:
                 waiters = self._waiters.get(key, [])
-                reached = [w for w in waiters if w[0] <= target]
-                self._waiters[key] = [w for w in waiters if w[0] > target]
+                # the answer covers everything below `end`, including sends that
+                # arrived while the call was out
+                reached = [w for w in waiters if w[0] < end]
+                self._waiters[key] = [w for w in waiters if w[0] >= end]
             for _, _, done in reached:
                 done(None)
 

@@ -64,6 +64,10 @@ class Node:
     def __init__(self, cf: ClusterFile, node_id: str) -> None:
         self.cf, self.node_id, self.settings = cf, node_id, cf.settings
         self.period = cf.gossip_interval_ms / 1000
+        self.push_gap = cf.gossip_push_ms / 1000
+        self._push = threading.Event()     # our state changed: gossip it now
+        self._cut_due = threading.Event()  # a state changed: recompute the cut now
+        self._cut_lock = threading.Lock()  # one recomputation at a time, saved in order
         self.lock = threading.RLock()
         self.progress = threading.Condition()  # notified when records apply or the cut moves
         self.stopping = threading.Event()
@@ -138,6 +142,7 @@ class Node:
             secret=self.cf.secret or None,  # gossip, status, backfill: cluster members only
             environment=self.settings.environment)  # replay, pins: peer tokens of this env
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()
+        threading.Thread(target=self._cut_loop, name="cut", daemon=True).start()
         log.info("node %s up: epoch %d, partitions %s, metrics port %d", self.node_id,
                  epoch.epoch, self._partition().log_partitions, self.metrics.port)
 
@@ -145,15 +150,25 @@ class Node:
         """Run until SIGTERM/SIGINT or removal from the config; returns an exit code."""
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
-        next_tick = 0.0
+        next_tick, published, unpublished = 0.0, 0.0, False
         try:
             while not self.stopping.is_set():
-                applied = self.ingest.step(0.05)
+                wait = 0.05
+                if unpublished:
+                    wait = max(0.0, min(wait, published + self.push_gap - time.monotonic()))
+                applied = self.ingest.step(wait)
                 self.metrics.applied.inc(applied)
                 if applied:
+                    unpublished = self.push_gap > 0
                     with self.progress:
                         self.progress.notify_all()
                 now = time.monotonic()
+                if unpublished and now >= published + self.push_gap:
+                    # event-driven gossip: the others learn what we applied at once
+                    self._publish()
+                    published, unpublished = now, False
+                    self._push.set()
+                    self._cut_due.set()
                 if now >= next_tick:
                     self.tick()
                     next_tick = now + self.period
@@ -296,7 +311,24 @@ class Node:
             self.last_seen[self.node_id] = time.monotonic()
             self._mine = state.encode()
 
+    def _cut_loop(self) -> None:
+        """Recompute the cut as soon as a state changed (a push, a gossip reply)."""
+        while not self.stopping.is_set():
+            if not self._cut_due.wait(self.period):
+                continue
+            self._cut_due.clear()
+            if self.stopping.is_set():
+                return
+            try:
+                self._recompute()
+            except Exception as exc:  # noqa: BLE001 - the periodic tick retries
+                log.warning("cut recomputation failed, will retry: %s", exc)
+
     def _recompute(self) -> None:
+        with self._cut_lock:
+            self._recompute_now()
+
+    def _recompute_now(self) -> None:
         with self.lock:
             views = {n: s.view() for n, s in self.states.items()}
             owners = counting_owners(self.epoch, self.states)
@@ -382,7 +414,12 @@ class Node:
 
     # ---- gossip ----------------------------------------------------------------------------
     def _gossip_loop(self) -> None:
-        while not self.stopping.wait(self.period):
+        """Push-pull with every other node each period, and at once when we published."""
+        while not self.stopping.is_set():
+            self._push.wait(self.period)
+            self._push.clear()
+            if self.stopping.is_set():
+                return
             with self.lock:
                 mine = self._mine
                 others = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id}
@@ -398,9 +435,12 @@ class Node:
             if node == self.node_id or node not in self.epoch.nodes:
                 return  # removed nodes are no longer listened to
             old = self.states.get(node)
-            if old is None or old.timestamp_ms <= state.timestamp_ms:
+            newer = old is None or old.timestamp_ms <= state.timestamp_ms
+            if newer:
                 self.states[node] = state
             self.last_seen[node] = time.monotonic()
+        if newer:
+            self._cut_due.set()
 
     # ---- RPC handlers ----------------------------------------------------------------------
     def rpc_gossip(self, body: bytes) -> bytes:

@@ -106,6 +106,9 @@ def _bench_stable(args: argparse.Namespace) -> int:
           f" {result['target_rate']:,} msgs/s: p50 {result['stable_p50_ms']} ms,"
           f" p99 {result['stable_p99_ms']} ms ({verdict} target p99 <= "
           f"{result['target_p99_ms']} ms; {result['failed']} failed)")
+    print(f"raw producer acks=all, same rate     : p50 {result['raw_ack_p50_ms']} ms,"
+          f" p99 {result['raw_ack_p99_ms']} ms (Kafka alone; stable p99 / raw p99 ="
+          f" {result['ratio_p99']})")
     return 0
 
 
