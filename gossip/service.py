@@ -9,14 +9,11 @@ peers call it through :class:`ReplicaClient` (peers: :meth:`ReplicaClient.replay
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import random
 import struct
 import threading
-import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from itertools import chain
@@ -24,6 +21,15 @@ from typing import Any
 
 import grpc
 
+from gossip.cluster_auth import (
+    CLUSTER_METHODS,
+    PEER_METHODS,
+    cluster_secret,
+    register_cluster_secret,
+    secret_key,
+    sign_request,
+    verify_request,
+)
 from gossip.cluster_config import Epoch
 from gossip.exceptions import (
     DurabilityTimeoutError,
@@ -87,63 +93,6 @@ def unpack_records(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-# ---- node-to-node authentication ---------------------------------------------------------
-#: Methods only members of the cluster may call: gossip, status and backfill. With a cluster
-#: secret configured, a node refuses them (UNAUTHENTICATED) unless the request carries an
-#: HMAC-SHA256 of (method, timestamp, body digest) under that secret, timestamped within
-#: :data:`MAX_SKEW_S`.
-CLUSTER_METHODS = frozenset({"Gossip", "Status", "Digest", "Fetch"})
-#: Methods acting on one peer's queue or pins. With a cluster secret and an environment, a
-#: node serves them only to a peer token of this environment (:mod:`gossip.peer_auth`)
-#: naming the peer concerned (``Replay``: the request's ``peer``; pins: their owner, checked
-#: in ``replica.leases``), or to a cluster member's signed call (unary ones). ``WaitApplied``
-#: and ``WaitStable`` read nothing of any queue and stay open.
-PEER_METHODS = frozenset({"Replay", "Pin", "RenewPin", "Unpin"})
-MAX_SKEW_S = 60.0
-_TS_KEY, _MAC_KEY = "x-tidemark-ts", "x-tidemark-mac"
-_SECRETS: dict[str, bytes] = {}  # address -> secret of the cluster file that named it
-_SECRETS_LOCK = threading.Lock()
-
-
-def _key(secret: str | bytes) -> bytes:
-    return secret.encode() if isinstance(secret, str) else secret
-
-
-def register_cluster_secret(addresses: Iterable[str], secret: str | bytes) -> None:
-    """Remember that calls to ``addresses`` are signed with ``secret`` (the cluster file a
-    process loads names both: it is in the cluster). Empty secrets are ignored."""
-    if not secret:
-        return
-    with _SECRETS_LOCK:
-        for address in addresses:
-            _SECRETS[address] = _key(secret)
-
-
-def sign_request(secret: str | bytes, method: str, body: bytes,
-                 now_ms: int | None = None) -> list[tuple[str, str]]:
-    """The call metadata proving knowledge of the cluster secret for this request."""
-    ts = str(int(time.time() * 1000) if now_ms is None else now_ms)
-    mac = hmac.new(_key(secret), method.encode() + b"\n" + ts.encode() + b"\n"
-                   + hashlib.sha256(body).digest(), hashlib.sha256).hexdigest()
-    return [(_TS_KEY, ts), (_MAC_KEY, mac)]
-
-
-def verify_request(secret: str | bytes, method: str, body: bytes,
-                   metadata: Iterable[tuple[str, Any]], now_ms: int | None = None) -> str | None:
-    """Why the request is refused, or None when it is signed with ``secret``."""
-    got = {k: v for k, v in metadata}
-    ts, mac = got.get(_TS_KEY), got.get(_MAC_KEY)
-    if not isinstance(ts, str) or not isinstance(mac, str) or not ts.isdigit():
-        return f"{method} is for cluster members: the request is not signed"
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    if abs(now - int(ts)) > MAX_SKEW_S * 1000:
-        return f"{method}: the request's timestamp is more than {MAX_SKEW_S:g}s off"
-    expected = sign_request(secret, method, body, int(ts))[1][1]
-    if not hmac.compare_digest(expected, mac):
-        return f"{method}: bad signature (not this cluster's secret)"
-    return None
-
-
 class ReplicaClient:
     """A cache of gRPC channels by address, and raw-bytes unary calls to replica nodes.
     Calls to :data:`CLUSTER_METHODS` are signed with ``secret``, else with the secret
@@ -155,7 +104,7 @@ class ReplicaClient:
     issued with the secret of the local stack of ``TIDEMARK_STATE_DIR``, if any."""
 
     def __init__(self, secret: str | bytes | None = None) -> None:
-        self._secret = _key(secret) if secret else None
+        self._secret = secret_key(secret) if secret else None
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
 
@@ -174,7 +123,7 @@ class ReplicaClient:
         if token and name in PEER_METHODS:
             return stub(body, timeout=timeout, metadata=((TOKEN_KEY, token),))
         if name in CLUSTER_METHODS or name in PEER_METHODS:
-            secret = self._secret or _SECRETS.get(address)
+            secret = self._secret or cluster_secret(address)
             if secret:
                 return stub(body, timeout=timeout, metadata=sign_request(secret, name, body))
         return stub(body, timeout=timeout)
@@ -187,7 +136,7 @@ class ReplicaClient:
         configured = configured_token()
         if configured:
             return configured
-        secret = self._secret or _SECRETS.get(address)
+        secret = self._secret or cluster_secret(address)
         if secret:
             return issue_token(secret, environment, peer_id)
         return local_stack_token(peer_id, environment)

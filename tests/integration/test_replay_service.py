@@ -10,6 +10,7 @@ owns 1 and 3.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ import pytest
 from test_replica_support import replica_stack, status, txlog_ust
 
 from gossip.cluster_config import ConfigLog, Epoch
-from gossip.exceptions import QueuesBehindError, ReplayRefusedError
+from gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
 from gossip.service import ReplicaClient
 from log.codec import default_codec
 from log.load import generate_load
@@ -32,6 +33,7 @@ from spark_streaming.queue_state import progress_key, queue_key
 from spark_streaming.runner import JobProcess
 from tests.support import wait_for
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.replicas import peer_env
 
 pytestmark = pytest.mark.integration
 ENV = "default"
@@ -189,8 +191,11 @@ def test_barrier_waits_for_the_queues_then_times_out_clearly(stack: LocalStack) 
 def test_other_environment_and_other_partition_are_refused(stack: LocalStack) -> None:
     client = ReplicaClient()
     node, address = owner(stack, "cy")
+    with pytest.raises(PeerForbiddenError, match="token of 'cy' is for environment 'prod'"):
+        client.replay(address, "cy", "prod")  # this process's own token, for prod
+    token = peer_env(stack, "cy", ENV)["TIDEMARK_PEER_TOKEN"]
     with pytest.raises(ReplayRefusedError, match="environment 'prod' is not this cluster's"):
-        client.replay(address, "cy", "prod")
+        client.replay(address, "cy", "prod", token=token)
     other = next(n for n in epoch_of(stack).nodes if n != node)
     with pytest.raises(ReplayRefusedError, match=f"{other} does not own txlog/"):
         client.replay(epoch_of(stack).nodes[other], "cy", ENV)
@@ -224,7 +229,8 @@ def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: Loca
     q.progress(k)
     node, address = owner(stack, peer)
     proc = subprocess.Popen([sys.executable, "-c", CLIENT, address, peer, "3000"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **peer_env(stack, peer, ENV)})
     try:
         header = json.loads(proc.stdout.readline())
         barrier, pin = header["barrier"], header["pin"]
