@@ -5,6 +5,9 @@ replay never reaches the handler (nothing streamed, no pin)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +26,10 @@ from gossip.peer_auth import (
 )
 from gossip.replay import COMPLETE, ERROR_KEY, HEADER, request_peer
 from gossip.service import ReplicaClient, method_path, sign_request, start_server
+from replica.config import load_cluster_file
 from replica.leases import Leases
 from tidemark.stack.processes import free_ports
+from tidemark.stack.replicas import write_cluster_file
 
 SECRET, ENV = "cluster-secret", "test"
 
@@ -198,3 +203,24 @@ def test_token_settings_and_local_stack(tmp_path: Path) -> None:
     (tmp_path / "cluster.toml").write_text('[cluster]\nsecret = "s"\n')
     minted = local_stack_token("A", ENV, tmp_path)
     assert minted is not None and verify_token("s", minted).peer == "A"
+
+
+def test_peer_token_command(tmp_path: Path) -> None:
+    cluster = write_cluster_file(tmp_path / "cluster.toml", {"bootstrap": "127.0.0.1:1",
+                                                             "partitions": 4}, "1x1", 4)
+    secret = load_cluster_file(cluster).secret
+    env = {**os.environ, "TIDEMARK_STATE_DIR": str(tmp_path)}  # the local stack's file
+    out = subprocess.run([sys.executable, "-m", "tidemark", "peer", "token", "ada",
+                          "--environment", "prod", "--ttl", "1h", "--write",
+                          str(tmp_path / "ada.token")], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    claims = verify_token(secret, out.stdout.strip())
+    assert (claims.environment, claims.peer) == ("prod", "ada")
+    assert 3_590_000 < claims.expires_ms - claims.issued_ms <= 3_600_000
+    assert (tmp_path / "ada.token").read_text().strip() == out.stdout.strip()
+    assert (tmp_path / "ada.token").stat().st_mode & 0o077 == 0
+    cluster.write_text(cluster.read_text().replace("secret =", "# secret ="))
+    out = subprocess.run([sys.executable, "-m", "tidemark", "peer", "token", "ada"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "has no [cluster] secret" in out.stderr

@@ -60,13 +60,19 @@ def _purge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _duration(text: str) -> int:
+    from log.registry import parse_duration_ms
+    try:
+        return parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _token(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from log.registry import parse_duration_ms
     from tidemark.stack.replicas import peer_token
-    ttl = parse_duration_ms(args.ttl) if args.ttl else None
-    token = peer_token(Path(cluster_file(args)), args.peer_id, args.environment, ttl)
+    token = peer_token(Path(cluster_file(args)), args.peer_id, args.environment, args.ttl)
     if args.write:
         path = Path(args.write)
         path.touch(mode=0o600)
@@ -137,7 +143,7 @@ def register(commands: argparse._SubParsersAction[Any],
     env_flag(token, "--environment", "environment")
     env_flag(token, "--config", "config", help="the cluster TOML (default: the local stack's)")
     env_flag(token, "--state-dir", "state_dir")
-    token.add_argument("--ttl", default=None, metavar="DURATION",
+    token.add_argument("--ttl", default=None, metavar="DURATION", type=_duration,
                        help="expire after this long, e.g. 24h (default: no expiry)")
     token.add_argument("--write", default=None, metavar="FILE",
                        help="also write it to FILE (mode 600), for TIDEMARK_PEER_TOKEN_FILE")
