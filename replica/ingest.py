@@ -26,18 +26,11 @@ from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
 from log.settings import Settings
 from replica import queue_index
+from replica.batch import Batch
 from replica.deadletter import DeadLetters
 from replica.fastpath import ACK, PURGE, txlog_scanners
-from replica.store import (
-    Batch,
-    Store,
-    ack_key,
-    ack_prefix,
-    deadletter_key,
-    progress_key,
-    purge_prefix,
-    tp_name,
-)
+from replica.keys import ack_key, ack_prefix, deadletter_key, progress_key, purge_prefix, tp_name
+from replica.store import Store
 
 __all__ = ["Ingestor", "index_txlog"]
 

@@ -1,5 +1,8 @@
 """A replica node: ingest, gossip, the stable cut, GC, backfill, missing data, config changes.
 
+Its config steps (:mod:`replica.node_config`), gap repair (:mod:`replica.node_repair`) and
+RPC handlers (:mod:`replica.node_rpc`) are mixins in their own modules.
+
 The main thread ingests and, every gossip period, recomputes the cut and the GC point and
 follows the ``config`` topic; a gossip thread exchanges NodeStates with every other node of
 the epoch; gRPC threads answer peers and ``tidemark replica status``.
@@ -7,12 +10,10 @@ the epoch; gRPC threads answer peers and ``tidemark replica status``.
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,29 +21,25 @@ from confluent_kafka import KafkaException
 
 from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
 from gossip.gc_point import cluster_gc_point, local_gc_cut
-from gossip.missing import unrecoverable
 from gossip.node_state import NodeState, PartitionRanges
-from gossip.service import ReplicaClient, gossip_round, pack_records, start_server
+from gossip.service import ReplicaClient, gossip_round, start_server
 from gossip.stable_cut import HoldTracker, cut_holders, stable_cut_ms
 from log.exceptions import TidemarkError
-from log.offsets import end_offsets
-from replica.backfill import Backfiller, serve_digest
+from replica.backfill import Backfiller
 from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
 from replica.ingest import TOPICS, Ingestor
 from replica.leases import Leases
 from replica.membership import (
-    PromotionInput,
     counting_owners,
     node_cut,
-    promoted_epoch,
-    promotion_step,
-    rejoin_epoch,
 )
 from replica.metrics import NodeMetrics
+from replica.node_config import NodeConfigSteps
+from replica.node_repair import NodeRepair
+from replica.node_rpc import NodeRpc
 from replica.release_policy import GcWorker
 from replica.replay import ReplayService
-from replica.status import StatusSnapshot, build_status
 from replica.store import Store
 
 __all__ = ["Node", "genesis_epoch"]
@@ -58,8 +55,8 @@ def genesis_epoch(cf: ClusterFile) -> Epoch:
                  reason="seeded from " + cf.path.name)
 
 
-class Node:
-    """One replica node process."""
+class Node(NodeConfigSteps, NodeRepair, NodeRpc):
+    """One replica node process (config steps, repair and RPC handlers are mixins)."""
 
     def __init__(self, cf: ClusterFile, node_id: str) -> None:
         self.cf, self.node_id, self.settings = cf, node_id, cf.settings
@@ -205,68 +202,6 @@ class Node:
         except (KafkaException, TimeoutError, TidemarkError) as exc:  # retried next period
             log.warning("periodic work failed, will retry: %s", exc)
 
-    def _rejoin_if_new_store(self, attempts: int = 5) -> None:
-        """A new store stays new (``Store.created``) until the epoch moving this node to
-        ``joining`` is committed: a failed read or append leaves it new for the next start."""
-        for _ in range(attempts):
-            part = self.epoch.partition_of(self.node_id)
-            has_data = bool(self.store.created and part is not None and any(
-                end_offsets(self.settings, "txlog", part.log_partitions).values()))
-            successor = rejoin_epoch(self.epoch, self.node_id, self.store.created, has_data)
-            if successor is None:  # nothing to rejoin, or the rejoin is already committed
-                if self.store.created:
-                    self.store.mark_complete()
-                return
-            log.warning("store of %s is new: rejoining as a joining replica", self.node_id)
-            append_epoch(self.settings, successor)
-            self.epoch = self.config.read_to_end() or self.epoch  # a competing change may win
-        raise ReplicaError(f"{self.node_id}: the rejoin epoch was not committed after "
-                           f"{attempts} attempts (competing config changes); the store stays "
-                           f"new and the next start retries")
-
-    def _consider_promotion(self) -> None:
-        part = self.epoch.partition_of(self.node_id)
-        if part is None or self.node_id not in part.joining:
-            return
-        now = time.monotonic()
-        with self.lock:
-            fresh = {n: self.states[n] for n in part.replicas if n in self.states
-                     and now - self.last_seen.get(n, -1e9) < self.cf.down_after_ms / 1000}
-            inp = PromotionInput(
-                self.node_id, self.epoch, fresh, dict(self.states), dict(self.ust),
-                {f"{t}/{k}": self.store.map(t, k) for k in part.log_partitions for t in TOPICS},
-                frozenset(self.ingest.high), self.promoting_since, now, self.period)
-        action = promotion_step(inp)
-        if action == "announce":
-            self.promoting_since = now  # counted toward the cut from now on
-            log.warning("%s caught up; announcing it before promotion", self.node_id)
-        elif action == "withdraw":
-            self.promoting_since = None
-        elif action == "promote":
-            log.warning("caught up: promoting %s to a counting replica of %s", self.node_id,
-                        part.name)
-            append_epoch(self.settings, promoted_epoch(self.epoch, self.node_id))
-            self._follow_config()
-
-    def _follow_config(self) -> None:
-        new = self.config.poll()
-        if new is None or new is self.epoch:
-            return
-        log.warning("config epoch %d -> %d (%s)", self.epoch.epoch, new.epoch, new.reason)
-        with self.lock:
-            self.epoch = new
-            for gone in set(self.states) - set(new.nodes):
-                self.states.pop(gone, None)
-                self.last_seen.pop(gone, None)
-        part = new.partition_of(self.node_id)
-        if part is None:
-            log.warning("node %s was removed from the config in epoch %d; stopping",
-                        self.node_id, new.epoch)
-            self.removed = True
-            self.stopping.set()
-        elif sorted(part.log_partitions) != self.ingest.partitions:
-            self.ingest.assign(part.log_partitions)
-
     def _partition(self) -> Partition:
         """This node's replica partition in the current epoch (it is in the epoch while it
         runs: removal stops it)."""
@@ -362,52 +297,6 @@ class Node:
         if self.held:
             m.held_back.labels(self.node_id, self.held["node"]).set(self.held["seconds"])
 
-    def _repair(self) -> None:
-        """Backfill gaps from peers; splice ranges that nobody can have (missing data)."""
-        part = self._partition()
-        with self.lock:
-            maps = {n: s.maps() for n, s in self.states.items()}
-            fresh = {n for n, t in self.last_seen.items()
-                     if time.monotonic() - t < self.cf.down_after_ms / 1000}
-        addresses = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id and n in fresh}
-        for k in part.log_partitions:
-            tp = f"txlog/{k}"
-            if not self.store.map("txlog", k).detached:
-                continue
-            peer_maps = {n: m[tp] for n, m in maps.items() if tp in m and n != self.node_id}
-            try:
-                self.backfiller.step(k, peer_maps, addresses,
-                                     on_copied=self.metrics.backfilled.inc,
-                                     on_skipped=self.metrics.backfill_skipped.inc)
-            except Exception as exc:  # a peer went away mid-copy: retry next tick
-                log.warning("backfill of %s paused: %s", tp, exc)
-            holders = self.epoch.holders()[tp]
-            if any(h not in fresh for h in holders):
-                continue
-            lost = unrecoverable(holders, {n: m[tp] for n, m in maps.items() if tp in m},
-                                 self.ingest.low.get(tp, 0))
-            if lost:
-                self._splice(k, lost)
-
-    def _splice(self, k: int, lost: list[tuple[int, int]]) -> None:
-        epoch = self.config.read_to_end()  # strongly consistent: no newer config may hold it
-        if epoch is not self.epoch:
-            return
-        batch = self.store.batch()
-        key = self.store.next_loss_key()
-        for i, (a, b) in enumerate(lost):
-            batch.map("txlog", k).splice(a, b)
-            entry = {"topic": "txlog", "partition": k, "start": a, "end": b,
-                     "epoch": epoch.epoch, "node": self.node_id,
-                     "detected_ms": int(time.time() * 1000)}
-            batch.put(key[:1] + (int.from_bytes(key[1:], "big") + i).to_bytes(8, "big"),
-                      json.dumps(entry).encode())
-            self.metrics.lost.labels(self.node_id, f"txlog/{k}").inc(b - a)
-            log.error("DATA LOST: txlog/%d [%d, %d) is held by no replica and is gone from "
-                      "Kafka; spliced into the interval map and recorded in the loss ledger",
-                      k, a, b)
-        batch.commit()
-
     def collect_garbage(self) -> None:
         """One GC pass now, on the calling thread (the GC thread runs them on its own)."""
         self.gc.run_once()
@@ -448,80 +337,3 @@ class Node:
         self._receive(NodeState.decode(body))
         with self.lock:
             return self._mine
-
-    def rpc_status(self, body: bytes) -> bytes:
-        """The ``replica status --json`` document."""
-        doc = build_status(self.snapshot())
-        doc["deadletter_ledger"] = self.store.dead_letters(limit=100)  # this node's own
-        doc["ust_epoch"] = self.ust_epoch
-        return json.dumps(doc).encode()
-
-    def snapshot(self) -> StatusSnapshot:
-        """What the node knows now, for the status document."""
-        now = time.monotonic()
-        with self.lock:
-            return StatusSnapshot(
-                self.node_id, self.epoch, dict(self.states),
-                {n: now - t for n, t in self.last_seen.items()}, self.cf.down_after_ms / 1000,
-                dict(self.ust), self.ust_ms, dict(self.gc_point), dict(self.log_end),
-                dict(self.held) if self.held else None, self.replay.pin_rows())
-
-    def rpc_digest(self, body: bytes) -> bytes:
-        """Digest and count of stored records in a range (backfill equality check), bounded
-        by ``max_bytes`` when asked (:func:`replica.backfill.serve_digest`)."""
-        return serve_digest(self.store, body)
-
-    def _wait(self, body: bytes, reached: Callable[[int, int], bool]) -> bytes:
-        """Block until ``reached(partition, offset)`` or the request's deadline."""
-        req = json.loads(body)
-        k, offset = int(req["partition"]), int(req["offset"])
-        if k not in self.ingest.partitions:
-            raise ReplicaError(f"{self.node_id} does not own txlog/{k}")
-        deadline = time.monotonic() + min(float(req.get("timeout_ms", 5000)), 60_000) / 1000
-        with self.progress:
-            while not reached(k, offset) and not self.stopping.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.progress.wait(min(left, 0.5))
-        return json.dumps({"reached": reached(k, offset), "node": self.node_id,
-                           "applied_end": self.store.map("txlog", k).base_end,
-                           "stable_end": self.ust.get(f"txlog/{k}", 0)}).encode()
-
-    def rpc_wait_applied(self, body: bytes) -> bytes:
-        """``{partition, offset, timeout_ms}`` -> ``{reached, ...}`` once this node applied
-        txlog offset ``offset`` (its contiguous base covers it) or the timeout passed."""
-        return self._wait(body, lambda k, o: self.store.map("txlog", k).base_end > o)
-
-    def rpc_wait_stable(self, body: bytes) -> bytes:
-        """Like ``WaitApplied``, until the universal stable cut covers the offset."""
-        return self._wait(body, lambda k, o: self.ust.get(f"txlog/{k}", 0) > o)
-
-    def rpc_fetch(self, body: bytes) -> bytes:
-        """Stored records of a range."""
-        req = json.loads(body)
-        return pack_records(self.store.records(req["partition"], req["start"], req["end"]))
-
-    def rpc_pin(self, body: bytes) -> bytes:
-        """``{barrier: {tp: offset}, lease_ms?, owner?}`` -> ``{pin, barrier, lease_ms,
-        expires_ms}``: a lease (:mod:`replica.leases`) holding the GC point at ``barrier``
-        (raised to the current GC point) until unpinned or not renewed for ``lease_ms``."""
-        req = json.loads(body)
-        with self.lock:
-            gc_point = dict(self.gc_point)
-        lease = self.pins.grant(req["barrier"], gc_point, req.get("lease_ms"),
-                                str(req.get("owner", "")))
-        return json.dumps({"pin": lease.pin, "barrier": lease.barrier,
-                           "lease_ms": lease.lease_ms, "expires_ms": lease.expires_ms}).encode()
-
-    def rpc_renew_pin(self, body: bytes) -> bytes:
-        """``{pin, lease_ms?}`` -> ``{renewed, expires_ms}``."""
-        req = json.loads(body)
-        lease = self.pins.renew(req["pin"], req.get("lease_ms"))
-        return json.dumps({"renewed": lease is not None,
-                           "expires_ms": lease.expires_ms if lease else None}).encode()
-
-    def rpc_unpin(self, body: bytes) -> bytes:
-        """``{pin}`` -> ``{released}``."""
-        return json.dumps({"released": self.pins.release(json.loads(body)["pin"])}).encode()
-

@@ -17,7 +17,9 @@ from collections.abc import Callable
 
 from log.codec import default_codec
 from log.exceptions import CodecError
-from replica.store import Batch, Store, queue_index_key, queue_index_prefix, queue_prefix
+from replica.batch import Batch
+from replica.keys import queue_index_key, queue_index_prefix, queue_prefix
+from replica.store import Store
 
 __all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position"]
 

@@ -41,9 +41,11 @@ from dataclasses import dataclass
 
 from log.codec import default_codec
 from log.exceptions import CodecError
+from replica.batch import Batch
 from replica.config import ReleasePolicy
 from replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
-from replica.store import Batch, Store, ack_prefix, data_key, purge_prefix
+from replica.keys import ack_prefix, data_key, purge_prefix
+from replica.store import Store
 
 __all__ = ["release", "collect", "PassResult", "GcState", "load_state", "pending_prefix",
            "GcWorker", "CHUNK", "MAX_SKEW_MS"]

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-import replica.node as node_module
+import replica.node_config as node_module  # the rejoin step of Node
 from log.load import generate_load
 from replica.config import load_cluster_file
 from replica.node import Node

@@ -1,0 +1,89 @@
+"""A replica node's gap repair: backfill from peers, and splicing ranges that no replica and
+no longer Kafka holds (missing data) into the map and the loss ledger."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from gossip.cluster_config import ConfigLog, Epoch, Partition
+from gossip.missing import unrecoverable
+from gossip.node_state import NodeState
+from log.settings import Settings
+from replica.backfill import Backfiller
+from replica.config import ClusterFile
+from replica.ingest import Ingestor
+from replica.metrics import NodeMetrics
+from replica.store import Store
+
+__all__ = ["NodeRepair"]
+
+log = logging.getLogger("replica.node")
+
+
+class NodeRepair:
+    """Mixin of :class:`replica.node.Node`: gap repair."""
+
+    node_id: str
+    cf: ClusterFile
+    settings: Settings
+    lock: threading.RLock
+    states: dict[str, NodeState]
+    last_seen: dict[str, float]
+    epoch: Epoch
+    store: Store
+    config: ConfigLog
+    ingest: Ingestor
+    backfiller: Backfiller
+    metrics: NodeMetrics
+
+    def _partition(self) -> Partition:
+        raise NotImplementedError
+
+    def _repair(self) -> None:
+        """Backfill gaps from peers; splice ranges that nobody can have (missing data)."""
+        part = self._partition()
+        with self.lock:
+            maps = {n: s.maps() for n, s in self.states.items()}
+            fresh = {n for n, t in self.last_seen.items()
+                     if time.monotonic() - t < self.cf.down_after_ms / 1000}
+        addresses = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id and n in fresh}
+        for k in part.log_partitions:
+            tp = f"txlog/{k}"
+            if not self.store.map("txlog", k).detached:
+                continue
+            peer_maps = {n: m[tp] for n, m in maps.items() if tp in m and n != self.node_id}
+            try:
+                self.backfiller.step(k, peer_maps, addresses,
+                                     on_copied=self.metrics.backfilled.inc,
+                                     on_skipped=self.metrics.backfill_skipped.inc)
+            except Exception as exc:  # a peer went away mid-copy: retry next tick
+                log.warning("backfill of %s paused: %s", tp, exc)
+            holders = self.epoch.holders()[tp]
+            if any(h not in fresh for h in holders):
+                continue
+            lost = unrecoverable(holders, {n: m[tp] for n, m in maps.items() if tp in m},
+                                 self.ingest.low.get(tp, 0))
+            if lost:
+                self._splice(k, lost)
+
+    def _splice(self, k: int, lost: list[tuple[int, int]]) -> None:
+        epoch = self.config.read_to_end()  # strongly consistent: no newer config may hold it
+        if epoch is not self.epoch:
+            return
+        batch = self.store.batch()
+        key = self.store.next_loss_key()
+        for i, (a, b) in enumerate(lost):
+            batch.map("txlog", k).splice(a, b)
+            entry = {"topic": "txlog", "partition": k, "start": a, "end": b,
+                     "epoch": epoch.epoch, "node": self.node_id,
+                     "detected_ms": int(time.time() * 1000)}
+            batch.put(key[:1] + (int.from_bytes(key[1:], "big") + i).to_bytes(8, "big"),
+                      json.dumps(entry).encode())
+            self.metrics.lost.labels(self.node_id, f"txlog/{k}").inc(b - a)
+            log.error("DATA LOST: txlog/%d [%d, %d) is held by no replica and is gone from "
+                      "Kafka; spliced into the interval map and recorded in the loss ledger",
+                      k, a, b)
+        batch.commit()

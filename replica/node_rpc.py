@@ -1,0 +1,123 @@
+"""A replica node's gRPC handlers other than ``Gossip``: status, backfill (``Digest``,
+``Fetch``), GC pins and the waits of peers (``WaitApplied``, ``WaitStable``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gossip.cluster_config import Epoch
+from gossip.node_state import NodeState
+from gossip.service import pack_records
+from replica.backfill import serve_digest
+from replica.config import ClusterFile
+from replica.exceptions import ReplicaError
+from replica.ingest import Ingestor
+from replica.leases import Leases
+from replica.replay import ReplayService
+from replica.status import StatusSnapshot, build_status
+from replica.store import Store
+
+__all__ = ["NodeRpc"]
+
+
+class NodeRpc:
+    """Mixin of :class:`replica.node.Node`: its RPC handlers."""
+
+    node_id: str
+    cf: ClusterFile
+    lock: threading.RLock
+    progress: threading.Condition
+    stopping: threading.Event
+    states: dict[str, NodeState]
+    last_seen: dict[str, float]
+    epoch: Epoch
+    store: Store
+    ingest: Ingestor
+    pins: Leases
+    replay: ReplayService
+    ust: dict[str, int]
+    ust_ms: int
+    ust_epoch: int
+    gc_point: dict[str, int]
+    log_end: dict[str, int]
+    held: dict[str, Any] | None
+
+    def rpc_status(self, body: bytes) -> bytes:
+        """The ``replica status --json`` document."""
+        doc = build_status(self.snapshot())
+        doc["deadletter_ledger"] = self.store.dead_letters(limit=100)  # this node's own
+        doc["ust_epoch"] = self.ust_epoch
+        return json.dumps(doc).encode()
+
+    def snapshot(self) -> StatusSnapshot:
+        """What the node knows now, for the status document."""
+        now = time.monotonic()
+        with self.lock:
+            return StatusSnapshot(
+                self.node_id, self.epoch, dict(self.states),
+                {n: now - t for n, t in self.last_seen.items()}, self.cf.down_after_ms / 1000,
+                dict(self.ust), self.ust_ms, dict(self.gc_point), dict(self.log_end),
+                dict(self.held) if self.held else None, self.replay.pin_rows())
+
+    def rpc_digest(self, body: bytes) -> bytes:
+        """Digest and count of stored records in a range (backfill equality check), bounded
+        by ``max_bytes`` when asked (:func:`replica.backfill.serve_digest`)."""
+        return serve_digest(self.store, body)
+
+    def _wait(self, body: bytes, reached: Callable[[int, int], bool]) -> bytes:
+        """Block until ``reached(partition, offset)`` or the request's deadline."""
+        req = json.loads(body)
+        k, offset = int(req["partition"]), int(req["offset"])
+        if k not in self.ingest.partitions:
+            raise ReplicaError(f"{self.node_id} does not own txlog/{k}")
+        deadline = time.monotonic() + min(float(req.get("timeout_ms", 5000)), 60_000) / 1000
+        with self.progress:
+            while not reached(k, offset) and not self.stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.progress.wait(min(left, 0.5))
+        return json.dumps({"reached": reached(k, offset), "node": self.node_id,
+                           "applied_end": self.store.map("txlog", k).base_end,
+                           "stable_end": self.ust.get(f"txlog/{k}", 0)}).encode()
+
+    def rpc_wait_applied(self, body: bytes) -> bytes:
+        """``{partition, offset, timeout_ms}`` -> ``{reached, ...}`` once this node applied
+        txlog offset ``offset`` (its contiguous base covers it) or the timeout passed."""
+        return self._wait(body, lambda k, o: self.store.map("txlog", k).base_end > o)
+
+    def rpc_wait_stable(self, body: bytes) -> bytes:
+        """Like ``WaitApplied``, until the universal stable cut covers the offset."""
+        return self._wait(body, lambda k, o: self.ust.get(f"txlog/{k}", 0) > o)
+
+    def rpc_fetch(self, body: bytes) -> bytes:
+        """Stored records of a range."""
+        req = json.loads(body)
+        return pack_records(self.store.records(req["partition"], req["start"], req["end"]))
+
+    def rpc_pin(self, body: bytes) -> bytes:
+        """``{barrier: {tp: offset}, lease_ms?, owner?}`` -> ``{pin, barrier, lease_ms,
+        expires_ms}``: a lease (:mod:`replica.leases`) holding the GC point at ``barrier``
+        (raised to the current GC point) until unpinned or not renewed for ``lease_ms``."""
+        req = json.loads(body)
+        with self.lock:
+            gc_point = dict(self.gc_point)
+        lease = self.pins.grant(req["barrier"], gc_point, req.get("lease_ms"),
+                                str(req.get("owner", "")))
+        return json.dumps({"pin": lease.pin, "barrier": lease.barrier,
+                           "lease_ms": lease.lease_ms, "expires_ms": lease.expires_ms}).encode()
+
+    def rpc_renew_pin(self, body: bytes) -> bytes:
+        """``{pin, lease_ms?}`` -> ``{renewed, expires_ms}``."""
+        req = json.loads(body)
+        lease = self.pins.renew(req["pin"], req.get("lease_ms"))
+        return json.dumps({"renewed": lease is not None,
+                           "expires_ms": lease.expires_ms if lease else None}).encode()
+
+    def rpc_unpin(self, body: bytes) -> bytes:
+        """``{pin}`` -> ``{released}``."""
+        return json.dumps({"released": self.pins.release(json.loads(body)["pin"])}).encode()
