@@ -22,7 +22,7 @@ from log import registry
 from log.exceptions import ConfigError
 
 __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_client_settings",
-           "TOPICS"]
+           "jaas_quote", "TOPICS"]
 
 #: Logical topic names; the physical name is ``topic_prefix + name``.
 TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
@@ -38,28 +38,118 @@ _RDKAFKA_LOGGER = logging.getLogger("tidemark.librdkafka")
 _LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                   "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                   "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+
+
+def jaas_quote(value: str) -> str:
+    """``value`` as a JAAS option value: double-quoted, with backslashes and double quotes
+    escaped (the Java client's JAAS parser reads quoted strings with those escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _jaas(module: str, options: Mapping[str, str]) -> str:
+    return " ".join([module, "required"] + [f"{k}={jaas_quote(v)}" for k, v in options.items()
+                                            ]) + ";"
+
+
+def _oauthbearer(out: dict[str, str]) -> None:
+    """librdkafka's OAUTHBEARER settings as the Java client's: ``sasl.oauthbearer.method=oidc``
+    (client id/secret, token endpoint, scope, extensions) uses Kafka's OIDC login handler;
+    otherwise ``sasl.oauthbearer.config`` (``principal=... scope=...``) is an unsecured JWT."""
+    method = out.pop("sasl.oauthbearer.method", "default").lower()
+    options: dict[str, str] = {}
+    if method == "oidc":
+        for src, dst in (("sasl.oauthbearer.client.id", "clientId"),
+                         ("sasl.oauthbearer.client.secret", "clientSecret"),
+                         ("sasl.oauthbearer.scope", "scope")):
+            if src in out:
+                options[dst] = out.pop(src)
+        url = out.pop("sasl.oauthbearer.token.endpoint.url", None)
+        if url is not None:
+            out.setdefault("sasl.oauthbearer.token.endpoint.url", url)
+        out.setdefault("sasl.login.callback.handler.class", _OAUTH_HANDLER)
+    else:
+        for pair in out.pop("sasl.oauthbearer.config", "").split():
+            key, _, value = pair.partition("=")
+            if key == "principal":
+                options["unsecuredLoginStringClaim_sub"] = value
+            elif key == "scope":
+                options["unsecuredLoginListClaim_scope"] = value
+            elif key == "lifeSeconds":
+                options["unsecuredLoginLifetimeSeconds"] = value
+    for pair in out.pop("sasl.oauthbearer.extensions", "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip():
+            options[f"extension_{key.strip()}"] = value.strip()
+    out.setdefault("sasl.jaas.config", _jaas(_OAUTH_MODULE, options))
+
+
+def _pem_file(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the PEM file {path}: {exc.strerror}") from None
+
+
+def _client_certificate(out: dict[str, str]) -> None:
+    """mTLS with PEM: librdkafka's ``ssl.certificate.location``/``ssl.key.location`` (or the
+    inline ``ssl.certificate.pem``/``ssl.key.pem``) become a PEM keystore: one file holding
+    both is ``ssl.keystore.location``; separate files are passed inline as
+    ``ssl.keystore.certificate.chain`` and ``ssl.keystore.key``. ``ssl.key.password`` is
+    shared. The Java client needs the key in PKCS#8 (``BEGIN [ENCRYPTED] PRIVATE KEY``)."""
+    cert_path, key_path = out.pop("ssl.certificate.location", None), out.pop(
+        "ssl.key.location", None)
+    cert, key = out.pop("ssl.certificate.pem", None), out.pop("ssl.key.pem", None)
+    if "ssl.keystore.location" in out and (cert_path or key_path or cert or key):
+        raise ConfigError("give either ssl.keystore.location or a PEM certificate and key, "
+                          "not both")
+    if cert_path and key_path and Path(cert_path).resolve() == Path(key_path).resolve():
+        out["ssl.keystore.type"] = "PEM"
+        out["ssl.keystore.location"] = cert_path
+        return
+    cert = _pem_file(cert_path) if cert_path else cert
+    key = _pem_file(key_path) if key_path else key
+    if (cert is None) != (key is None):
+        raise ConfigError("a client certificate needs its key, and a key its certificate "
+                          "(ssl.certificate.location and ssl.key.location)")
+    if cert is not None and key is not None:
+        out["ssl.keystore.type"] = "PEM"
+        out["ssl.keystore.certificate.chain"] = cert
+        out["ssl.keystore.key"] = key
 
 
 def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
     """The ``[kafka.client]`` settings (librdkafka names) as the Java client spells them.
 
-    Shared names (``security.protocol``, ``sasl.mechanism``, ``ssl.endpoint...``) pass
-    through. librdkafka-only ones are translated: ``sasl.username``/``sasl.password`` become
-    ``sasl.jaas.config`` for PLAIN and SCRAM (unless one is given), ``sasl.mechanisms``
-    becomes ``sasl.mechanism``, and ``ssl.ca.location`` a PEM truststore.
+    Shared names (``security.protocol``, ``sasl.mechanism``, ``ssl.endpoint...``,
+    ``ssl.key.password``) pass through. librdkafka-only ones are translated:
+    ``sasl.mechanisms`` becomes ``sasl.mechanism``; ``sasl.username``/``sasl.password``
+    become ``sasl.jaas.config`` for PLAIN and SCRAM (values quoted and escaped); OAUTHBEARER
+    settings become the OAuthBearer login module (and the OIDC login handler for
+    ``sasl.oauthbearer.method=oidc``); ``ssl.ca.location``/``ssl.ca.pem`` a PEM truststore;
+    a PEM client certificate and key a PEM keystore (mTLS). A ``sasl.jaas.config`` given
+    explicitly wins.
     """
     out = {k: str(v) for k, v in client.items()}
     if "sasl.mechanisms" in out:
         out.setdefault("sasl.mechanism", out.pop("sasl.mechanisms"))
+    mechanism = out.get("sasl.mechanism", "").upper()
     user, password = out.pop("sasl.username", None), out.pop("sasl.password", None)
-    module = _LOGIN_MODULES.get(out.get("sasl.mechanism", "").upper())
+    module = _LOGIN_MODULES.get(mechanism)
     if user is not None and password is not None and module and "sasl.jaas.config" not in out:
-        out["sasl.jaas.config"] = (f'{module} required username="{user}"'
-                                   f' password="{password}";')
+        out["sasl.jaas.config"] = _jaas(module, {"username": user, "password": password})
+    if mechanism == "OAUTHBEARER":
+        _oauthbearer(out)
     ca = out.pop("ssl.ca.location", None)
     if ca and "ssl.truststore.location" not in out:
         out["ssl.truststore.location"] = ca
         out.setdefault("ssl.truststore.type", "PEM")
+    ca_pem = out.pop("ssl.ca.pem", None)
+    if ca_pem and "ssl.truststore.location" not in out:
+        out["ssl.truststore.certificates"] = ca_pem
+        out.setdefault("ssl.truststore.type", "PEM")
+    _client_certificate(out)
     return out
 
 
@@ -216,8 +306,12 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         state_file = state / "state.json"
         if state_file.exists():
             try:
-                values["bootstrap"] = json.loads(state_file.read_text())["bootstrap"]
+                state_doc = json.loads(state_file.read_text())
+                values["bootstrap"] = state_doc["bootstrap"]
+                # the stack's client settings (SASL of `local up --sasl`); explicit ones win
+                client = {**{str(k): str(v) for k, v in state_doc.get("client", {}).items()},
+                          **client}
                 sources.append(str(state_file))
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, AttributeError):
                 raise ConfigError(f"{state_file} is not a valid local-stack state file") from None
     return Settings(client=client, source=", ".join(sources), **values)

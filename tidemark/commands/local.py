@@ -29,11 +29,13 @@ def _local_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise StackError("--brokers must be at least 1")
     status = _stack(args).up(brokers=args.brokers, extra=_plans(args),
-                             timeout_s=args.timeout, progress=progress)
+                             timeout_s=args.timeout, progress=progress, sasl=args.sasl)
     if args.json:
         print_json(status)
     else:
-        print(f"bootstrap: {status['bootstrap']}")
+        protocol = status["security_protocol"]
+        sasl = "" if protocol == "PLAINTEXT" else f" ({protocol})"
+        print(f"bootstrap: {status['bootstrap']}{sasl}")
     return 0
 
 
@@ -75,6 +77,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     env_flag(up, "--brokers", "brokers")
     env_flag(up, "--replicas", "replicas")
     up.add_argument("--spark", action="store_true", help="also run the Spark queues job")
+    up.add_argument("--sasl", action="store_true",
+                    help="new brokers listen with SASL_PLAINTEXT SCRAM-SHA-256 only; the client"
+                         " settings go to the state folder, where every command takes them")
     up.add_argument("--timeout", type=float, default=180.0)
     up.add_argument("--json", action="store_true")
     up.set_defaults(func=_local_up)

@@ -5,6 +5,13 @@ Spark job, all on loopback under one state folder.
 line, address and pid, so ``up`` again restarts only what is missing and ``down``/``kill``
 act by pid. Every recorded command line contains the state folder, which guards against pid
 reuse. With ``TIDEMARK_BOOTSTRAP`` set, no broker is started: the existing cluster is used.
+
+``up(sasl=True)`` (``tidemark local up --sasl``) starts brokers whose only client listener is
+SASL_PLAINTEXT with SCRAM-SHA-256 (brokers talk to each other through it too); the SCRAM
+credentials, a random password each, are written at storage format time
+(``StorageTool format --add-scram``). The client settings go into ``state.json``
+(``client``), where :func:`log.settings.load_settings` takes them with the bootstrap, and
+into the environment of every process the stack starts.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import base64
 import json
 import logging
 import os
+import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -35,7 +43,10 @@ from tidemark.stack.processes import (
     wait_port,
 )
 
-__all__ = ["ProcessSpec", "LocalStack"]
+__all__ = ["ProcessSpec", "LocalStack", "SCRAM_MECHANISM"]
+
+#: The SASL mechanism of ``tidemark local up --sasl``.
+SCRAM_MECHANISM = "SCRAM-SHA-256"
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +125,18 @@ class LocalStack:
         known = self.state["processes"].get(spec.name)
         if known and is_alive(known.get("pid"), self.marker):
             return ProcessSpec(**known)
-        env = {**os.environ, **spec.env}
+        env = {**os.environ, **self._client_env(), **spec.env}
         spec.pid = start_detached(spec.argv, self.state_dir / "logs" / f"{spec.name}.log", env)
         self.state["processes"][spec.name] = asdict(spec)
         self._save()
         if wait:
             self.wait_ready(spec, time.monotonic() + timeout_s)
         return spec
+
+    def _client_env(self) -> dict[str, str]:
+        """The stack's Kafka client settings (SASL) as ``TIDEMARK_KAFKA_*`` variables."""
+        return {registry.KAFKA_CLIENT_PREFIX + k.upper().replace(".", "_"): v
+                for k, v in self.state.get("client", {}).items()}
 
     def wait_ready(self, spec: ProcessSpec, deadline: float) -> None:
         """Wait until ``spec`` serves on its ready port."""
@@ -164,11 +180,21 @@ class LocalStack:
         return stopped
 
     # ---- brokers ---------------------------------------------------------------------------
-    def _broker_specs(self, count: int) -> list[ProcessSpec]:
+    def _broker_specs(self, count: int, sasl: bool = False) -> list[ProcessSpec]:
         existing = self.processes("broker")
         if existing:
             return existing
         ports = free_ports(2 * count)
+        scram: list[str] = []
+        broker_user: tuple[str, str] | None = None
+        if sasl:
+            client_pw, broker_pw = secrets.token_hex(16), secrets.token_hex(16)
+            broker_user = ("broker", broker_pw)
+            self.state["client"] = {"security.protocol": "SASL_PLAINTEXT",
+                                    "sasl.mechanism": SCRAM_MECHANISM,
+                                    "sasl.username": "tidemark", "sasl.password": client_pw}
+            scram = [f"--add-scram={SCRAM_MECHANISM}=[name=broker,password={broker_pw}]",
+                     f"--add-scram={SCRAM_MECHANISM}=[name=tidemark,password={client_pw}]"]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(count))
         jars = jvm.ensure_jars("kafka")
@@ -180,14 +206,15 @@ class LocalStack:
             folder = self.state_dir / f"broker-{node}"
             folder.mkdir(parents=True, exist_ok=True)
             props = folder / "server.properties"
-            props.write_text(_server_properties(node, port, cport, voters, folder, count))
+            props.write_text(_server_properties(node, port, cport, voters, folder, count,
+                                                broker_user))
             base = [java, "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                     "-Djava.awt.headless=true",
                     f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
                     f"-Dkafka.logs.dir={folder / 'logs'}", "-cp", f"{jars}/*"]
             formats.append((f"format broker-{node}", base + [
                 "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-                "-c", str(props), "--ignore-formatted"]))
+                "-c", str(props), "--ignore-formatted"] + scram))
             specs.append(ProcessSpec(name=f"broker-{node}", kind="broker",
                                      argv=base + ["kafka.Kafka", str(props)],
                                      address=f"127.0.0.1:{port}", ready_port=port))
@@ -198,15 +225,21 @@ class LocalStack:
 
     def up(self, brokers: int = 3,
            extra: Iterable[Callable[["LocalStack"], list[ProcessSpec]]] = (),
-           timeout_s: float = 120.0, progress: Callable[[str], None] = lambda m: None) -> dict:
-        """Start what is missing, wait until the cluster serves, create the topics."""
+           timeout_s: float = 120.0, progress: Callable[[str], None] = lambda m: None,
+           sasl: bool = False) -> dict:
+        """Start what is missing, wait until the cluster serves, create the topics. With
+        ``sasl``, new brokers listen with SASL_PLAINTEXT SCRAM-SHA-256 only (an existing
+        stack keeps how it was made)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         external = registry.env_value("bootstrap")
         if external and not self.processes("broker"):
             self.state["bootstrap"] = external
             self.state["external"] = True
         else:
-            specs = self._broker_specs(brokers)
+            if sasl and not self.processes("broker") and self.state.get("external"):
+                raise ClusterLaunchError("--sasl configures the stack's own brokers; unset "
+                                         "TIDEMARK_BOOTSTRAP")
+            specs = self._broker_specs(brokers, sasl)
             self._save()
             # The quorum needs every controller, so start all brokers before waiting on any.
             started = []
@@ -236,7 +269,8 @@ class LocalStack:
         return self.status()
 
     def _wait_brokers(self, count: int, deadline: float) -> None:
-        admin = AdminClient({"bootstrap.servers": self.state["bootstrap"]})
+        admin = AdminClient({**self.state.get("client", {}),
+                             "bootstrap.servers": self.state["bootstrap"]})
         seen = 0
         while time.monotonic() < deadline:
             try:
@@ -258,6 +292,8 @@ class LocalStack:
         spark = [s for s in self.processes("spark")]
         return {
             "bootstrap": self.state.get("bootstrap", ""),
+            "security_protocol": self.state.get("client", {}).get("security.protocol",
+                                                                  "PLAINTEXT"),
             "state_dir": str(self.state_dir),
             "brokers": [row(s, int(s.name.split("-")[1])) for s in self.processes("broker")],
             "replicas": [row(s, s.name) for s in self.processes("replica")],
@@ -265,16 +301,34 @@ class LocalStack:
         }
 
 
+def _listener_lines(port: int, cport: int, broker_user: tuple[str, str] | None) -> list[str]:
+    """Listener settings: PLAINTEXT, or (``broker_user`` given) SASL_PLAINTEXT SCRAM for
+    clients and brokers alike; the controller listener stays PLAINTEXT on loopback."""
+    if broker_user is None:
+        return [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
+    user, password = broker_user
+    prefix = f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}"
+    return [f"listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            f"advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=SASL_PLAINTEXT",
+            "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+            f"{prefix}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule"
+            f" required username=\"{user}\" password=\"{password}\";"]
+
+
 def _server_properties(node: int, port: int, cport: int, voters: str, folder: Path,
-                       count: int) -> str:
+                       count: int, broker_user: tuple[str, str] | None = None) -> str:
     rf = min(3, count)
     return "\n".join([
         "process.roles=broker,controller", f"node.id={node}",
         f"controller.quorum.voters={voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        *_listener_lines(port, cport, broker_user),
         f"log.dirs={folder / 'data'}", "num.partitions=1",
         f"default.replication.factor={rf}", f"min.insync.replicas={min(2, rf)}",
         f"offsets.topic.replication.factor={rf}", "offsets.topic.num.partitions=3",
