@@ -1,0 +1,165 @@
+"""Delivery counts and dead-letter through the real queues job (Spark local mode, real Kafka).
+
+DeliveryFailed records are appended to txlog exactly as the peer library appends them (key =
+the failing peer). With ``TIDEMARK_DELIVERY_LIMIT=3`` the job must publish the count on the
+queue entry after each failure, then at the third tombstone the entry and write the original
+Send's bytes to ``deadletter`` with count, reason, peer and txlog offset headers; ``tidemark
+deadletter list --json`` (a subprocess) shows it beside a poison record, and ``tidemark
+deadletter replay`` queues it again exactly once with count 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from log.codec import default_codec
+from log.consumer import read_to_end
+from log.producer import LogProducer
+from log.settings import Settings, load_settings
+from log.topics import delete_topic_set, ensure_topics
+from spark_streaming.exceptions import QueuesError
+from spark_streaming.queue_state import is_progress_key, queue_key
+from spark_streaming.runner import JobProcess
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
+
+LIMIT = 3
+PEER = "dl-b"
+C = default_codec()
+
+
+@pytest.fixture(scope="module")
+def settings(bootstrap: str) -> Iterator[Settings]:
+    s = load_settings(env={}, bootstrap=bootstrap, topic_prefix=f"d{uuid.uuid4().hex[:8]}.",
+                      partitions=2)
+    ensure_topics(s)
+    yield s
+    delete_topic_set(s)
+
+
+@pytest.fixture(scope="module")
+def job(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobProcess]:
+    folder = tmp_path_factory.mktemp("spark-dl")
+    proc = JobProcess(settings, folder / "checkpoint", folder / "job.log")
+    proc.env["TIDEMARK_DELIVERY_LIMIT"] = str(LIMIT)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _cli(settings: Settings, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
+                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _converge(job: JobProcess) -> None:
+    try:
+        job.wait_for_progress(240.0)
+    except QueuesError as exc:
+        pytest.fail(str(exc))
+
+
+def _entries(settings: Settings) -> dict[str, dict | None]:
+    """The compacted view of queues: key -> latest QueueEntry record (None: tombstoned)."""
+    out: dict[str, dict | None] = {}
+    for batch in read_to_end(settings, "queues"):
+        for msg in batch:
+            key = (msg.key() or b"").decode()
+            if not is_progress_key(key):
+                out[key] = None if msg.value() is None else C.decode(msg.value()).record
+    return out
+
+
+def _letters(settings: Settings) -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
+    return [(m.key(), m.value(), {k: (v or b"").decode() for k, v in (m.headers() or [])})
+            for batch in read_to_end(settings, "deadletter") for m in batch]
+
+
+def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
+                                                         job: JobProcess) -> None:
+    producer = LogProducer(settings)
+    env, now = settings.environment, int(time.time() * 1000)
+    sent: dict[str, int] = {}
+
+    def send(mid: str) -> bytes:
+        value = C.encode("Send", {"message_id": mid, "sender": "dl-a", "recipient": PEER,
+                                  "environment": env, "message_type": "t.Poison",
+                                  "payload": f"payload of {mid}".encode(), "timestamp_ms": now,
+                                  "delivery_count": 0})
+        producer.produce_raw(settings.topic("txlog"), PEER, value,
+                             on_delivery=lambda err, msg: sent.__setitem__(mid, msg.offset()))
+        return value
+
+    def fail(mid: str, reason: str) -> None:  # what peer_client appends when a handler raises
+        producer.produce("txlog", PEER, "DeliveryFailed", {
+            "message_id": mid, "peer": PEER, "environment": env, "sender": "dl-a",
+            "message_type": "t.Poison", "reason": reason, "timestamp_ms": now})
+
+    original = send("poison")
+    send("fine")
+    fail("ghost", "not queued: ignored")
+    producer.produce_raw(settings.topic("txlog"), PEER, b"\xc3\x01 not a record")  # poison
+    producer.flush()
+    _converge(job)
+    for i in range(1, LIMIT):  # one batch per failure: counts of a Send of an earlier batch
+        fail("poison", f"ValueError: attempt {i}")
+        producer.flush()
+        _converge(job)
+        entry = _entries(settings)[queue_key(PEER, "poison")]
+        assert entry is not None and entry["delivery_count"] == i
+        assert entry["payload"] == b"payload of poison" and entry["txlog_offset"] == sent["poison"]
+    fail("poison", "ValueError: the last straw")
+    producer.flush()
+    _converge(job)
+
+    entries = _entries(settings)
+    assert entries[queue_key(PEER, "poison")] is None               # tombstoned
+    assert entries[queue_key(PEER, "fine")]["delivery_count"] == 0  # type: ignore[index]
+    assert queue_key(PEER, "ghost") not in entries
+    letters = [x for x in _letters(settings) if x[2].get("tidemark.source") == "spark-delivery"]
+    assert {(k, v) for k, v, _ in letters} == {(PEER.encode(), original)}
+    heads = letters[0][2]
+    assert heads["tidemark.delivery_count"] == str(LIMIT)
+    assert heads["tidemark.reason"] == "ValueError: the last straw"
+    assert heads["tidemark.peer"] == PEER and heads["tidemark.message_id"] == "poison"
+    assert heads["tidemark.offset"] == str(sent["poison"])
+
+    listed = json.loads(_cli(settings, "deadletter", "list", "--json"))
+    delivery = [x for x in listed if x["kind"] == "delivery"]
+    assert [(x["message_id"], x["peer"], x["sender"], x["message_type"], x["count"],
+             x["reason"]) for x in delivery] == [
+        ("poison", PEER, "dl-a", "t.Poison", LIMIT, "ValueError: the last straw")]
+    assert any(x["kind"] == "poison" and x["reason"] for x in listed)
+    assert json.loads(_cli(settings, "deadletter", "list", "--json", "--peer", "nobody")) == []
+
+    done = json.loads(_cli(settings, "deadletter", "replay", "poison", "--json"))
+    assert done["peer"] == PEER and done["replay_id"].startswith("poison~replay-")
+    _cli(settings, "deadletter", "replay", "poison")  # again: the same id, a duplicate
+    send("poison")                                     # a late duplicate of the poison itself
+    producer.flush()
+    _converge(job)
+    entries = _entries(settings)
+    queued = {k: v for k, v in entries.items() if v is not None and "poison" in k}
+    assert list(queued) == [queue_key(PEER, done["replay_id"])]
+    again = queued[queue_key(PEER, done["replay_id"])]
+    assert again is not None and again["delivery_count"] == 0
+    assert again["payload"] == b"payload of poison" and again["sender"] == "dl-a"
+    assert job.alive, job.log_tail()
+
+    bad = subprocess.run([sys.executable, "-m", "tidemark", "deadletter", "replay", "nope",
+                          "--bootstrap", settings.bootstrap, "--topic-prefix",
+                          settings.topic_prefix], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+    assert "nope" in bad.stderr
