@@ -21,9 +21,16 @@ from log.exceptions import CodecError, LogError
 from log.offsets import watermarks
 from log.settings import Settings
 from spark_streaming.exceptions import QueuesError
-from spark_streaming.queue_state import DEFAULT_ACK_TTL_MS, DEFAULT_DEDUP_WINDOW_MS, MAX_ID_BYTES
+from spark_streaming.queue_state import (
+    DEFAULT_ACK_TTL_MS,
+    DEFAULT_DEDUP_WINDOW_MS,
+    DEFAULT_DELIVERY_LIMIT,
+    MAX_ID_BYTES,
+)
 
 __all__ = ["JobProcess", "expected_queues"]
+
+_KINDS = ("Send", "Ack", "Purge", "DeliveryFailed")  # what the job applies from txlog
 
 
 class JobProcess:
@@ -126,10 +133,12 @@ class JobProcess:
 
 def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                     dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS, timeout_s: float = 120.0,
+                    delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
                     ) -> tuple[dict[str, set[str]], dict[int, int], int]:
-    """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself."""
+    """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself
+    (a message that failed ``delivery_limit`` times is dead-lettered, so not queued)."""
     marks = watermarks(settings, "txlog")
-    queued: dict[str, dict[str, None]] = {}
+    queued: dict[str, dict[str, int]] = {}  # peer -> message id -> failed deliveries
     dropped: dict[str, dict[str, int]] = {}
     clock: dict[str, int] = {}
     bad = 0
@@ -145,7 +154,7 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                 continue
             rec = decoded.record
             owner = rec.get("recipient", rec.get("peer"))
-            if not peer or owner != peer or decoded.name not in ("Send", "Ack", "Purge") \
+            if not peer or owner != peer or decoded.name not in _KINDS \
                     or max(len(peer.encode()), len(rec.get("message_id", "").encode())) \
                     > MAX_ID_BYTES or "\x00" in peer:
                 bad += 1
@@ -155,7 +164,14 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
             if decoded.name == "Send":
                 mid = rec["message_id"]
                 if mid not in q and gone.get(mid, now) <= now:
-                    q[mid] = None
+                    q[mid] = rec.get("delivery_count", 0)
+            elif decoded.name == "DeliveryFailed":
+                mid = rec["message_id"]
+                if mid in q:
+                    q[mid] += 1
+                    if q[mid] >= delivery_limit:  # dead-lettered; remembered like an early ack
+                        del q[mid]
+                        gone[mid] = max(gone.get(mid, 0), now + ack_ttl_ms)
             elif decoded.name == "Ack":  # remembered until: the longest of all reasons
                 mid = rec["message_id"]
                 keep = dedup_window_ms if mid in q else ack_ttl_ms

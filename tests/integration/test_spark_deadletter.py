@@ -24,9 +24,10 @@ from log.consumer import read_to_end
 from log.producer import LogProducer
 from log.settings import Settings, load_settings
 from log.topics import delete_topic_set, ensure_topics
+from spark_streaming.depth import read_queues
 from spark_streaming.exceptions import QueuesError
 from spark_streaming.queue_state import is_progress_key, queue_key
-from spark_streaming.runner import JobProcess
+from spark_streaming.runner import JobProcess, expected_queues
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -156,6 +157,9 @@ def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
     again = queued[queue_key(PEER, done["replay_id"])]
     assert again is not None and again["delivery_count"] == 0
     assert again["payload"] == b"payload of poison" and again["sender"] == "dl-a"
+    expected, _, bad = expected_queues(settings, delivery_limit=LIMIT)  # the reference model
+    assert bad == 1 and expected == {PEER: {"fine", done["replay_id"]}}
+    assert read_queues(settings).queues == expected
     assert job.alive, job.log_tail()
 
     bad = subprocess.run([sys.executable, "-m", "tidemark", "deadletter", "replay", "nope",
