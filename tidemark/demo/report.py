@@ -8,9 +8,14 @@ __all__ = ["render"]
 
 
 def _cut(d: dict[str, int] | None) -> str:
+    """Non-zero partitions of a cut (``txlog/4=18860``), then how many are at 0."""
     if not d:
         return "-"
-    return " ".join(f"{tp}={o}" for tp, o in sorted(d.items()))
+    items = sorted(d.items(), key=lambda kv: (kv[0].split("/")[0], int(kv[0].split("/")[-1])
+                                              if kv[0].split("/")[-1].isdigit() else 0))
+    shown = " ".join(f"{tp}={o}" for tp, o in items if o)
+    zeros = sum(1 for _, o in items if not o)
+    return (shown + (f" (+{zeros} at 0)" if zeros else "")).strip() or f"all {zeros} at 0"
 
 
 def render(r: dict[str, Any]) -> str:

@@ -95,20 +95,30 @@ def _phase(say: Say, secs: float, senders: list[PeerProcess], what: str) -> None
         say(f"  {what}: sent {sent}")
 
 
-def _watch_replay(b: PeerProcess, backlog: int | None, timeout: float, say: Say) -> None:
-    deadline = time.monotonic() + timeout
-    shown = ""
+def _sent_count(senders: list[PeerProcess]) -> int:
+    return sum(int(s.last.get("ticks", 0)) + int(s.last.get("notes", 0)) for s in senders)
+
+
+def _watch_replay(b: PeerProcess, backlog: int, timeout: float, say: Say) -> None:
+    """Progress lines while B2 replays and hands over (on change, or every 5 s)."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    shown, shown_at = "", 0.0
     while not b.ready.is_set():
         if time.monotonic() > deadline or not b.alive():
             b.wait_ready(0)  # raises with the child's stderr
         st = b.last
         rp = st.get("replay") or {}
-        line = (f"  B2 {st.get('phase', 'starting')}: stage {rp.get('stage', '-')}, replayed"
-                f" {st.get('replayed', 0)}" + (f" of ~{backlog}" if backlog else "") +
-                f", forwarded {st.get('forwarded', 0)}, handled {st.get('ledger', 0)}")
-        if line != shown:
-            say(line)
-            shown = line
+        stage = rp.get("stage", "-")
+        line = (f"stage {stage}: replayed {st.get('replayed', 0)} (~{backlog} sent to B"
+                f" while it was down), forwarded {st.get('forwarded', 0)}, handled"
+                f" {st.get('ledger', 0)}")
+        if stage == "replay" and not rp.get("replay_received"):
+            line += "; the replica waits until the queues job covers the barrier"
+        now = time.monotonic()
+        if line != shown or now - shown_at >= 5.0:
+            say(f"  B2 {now - t0:5.1f}s {line}")
+            shown, shown_at = line, now
         b.ready.wait(0.5)
 
 
@@ -141,17 +151,18 @@ def run_demo(settings: Settings, folder: Path, replica_addresses: list[str],
             senders.append(s)
         for s in senders:
             s.wait_ready(120)
-        say(f"senders A and C: {opts.rate:g} Ticks/s each to B, a Note published every"
+        say(f"senders A and C: up to {opts.rate:g} Ticks/s each to B, a Note published every"
             f" {opts.publish_every}")
         _phase(say, opts.live_s, senders, "B up")
         before = dict(b1.last)
+        at_kill = _sent_count(senders)
         say(f"SIGKILL B1 (pid {b1.pid}) while the traffic goes on; it had handled"
             f" {before.get('ledger', 0)}")
         b1.kill()
         _phase(say, opts.down_s, senders, "B down")
-        backlog = _depths(settings)["peers"].get("B")
-        say(f"restart B: B2 replays its queue (~{backlog} entries in the queues topic now),"
-            f" hands over, goes live; A and C keep sending")
+        backlog = _sent_count(senders) - at_kill
+        say(f"restart B: B2 replays its queue (~{backlog} messages were sent to B while it was"
+            f" down), hands over, goes live; A and C keep sending")
         t0 = time.monotonic()
         b2 = receiver("B2")
         _watch_replay(b2, backlog, opts.start_timeout_s, say)
