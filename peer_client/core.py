@@ -105,11 +105,12 @@ class PeerCore(Sending):
         return self.inbox.phase
 
     def set_phase(self, phase: Phase) -> None:
-        """Move to ``phase``; leaving STARTING/REPLAY re-accepts the held-back messages."""
-        self.inbox.phase = phase
+        """Move to ``phase``; leaving STARTING/REPLAY dispatches the held-back messages
+        first (live ones arriving meanwhile queue behind them: per-sender order holds)."""
         if phase in (Phase.HANDOVER, Phase.NORMAL):
-            for env in self.inbox.release_held():
-                self.inbox.accept(env)
+            self.inbox.release(phase)
+        else:
+            self.inbox.phase = phase
 
     def begin_replay(self) -> None:
         """Replay starts: live messages are held back from now on."""

@@ -140,10 +140,11 @@ class Inbox:
         self._admitting = 0  # decided to RUN, not yet submitted
         self._slots = threading.BoundedSemaphore(limit) if limit else None
 
-    def accept(self, env: Envelope) -> None:
-        """Take one arriving message (blocks while ``limit`` messages are unfinished)."""
+    def accept(self, env: Envelope, phase: Phase | None = None) -> None:
+        """Take one arriving message (blocks while ``limit`` messages are unfinished);
+        ``phase`` overrides the inbox's phase (for held-back messages being released)."""
         with self._lock:
-            d = decide(env, self.phase, self.environment, self.dedup, self.handlers)
+            d = decide(env, phase or self.phase, self.environment, self.dedup, self.handlers)
             if d.action == HOLD:
                 self.held.append(env)
                 self.stats["held_back"] += 1
@@ -206,6 +207,20 @@ class Inbox:
         log.warning("peer %s: handler for %s failed on message %s from %s: %s - not acked",
                     self.peer_id, env.message_type, env.message_id, env.sender, reason)
         self._on_failure(env, reason, "handler")
+
+    def release(self, phase: Phase) -> None:
+        """Move to ``phase`` (HANDOVER or NORMAL) once every held-back message is dispatched,
+        in arrival order. Messages arriving meanwhile are held behind them, so a live message
+        never overtakes an earlier held one of its sender (the phase changes under the lock
+        only once the held list is empty)."""
+        while True:
+            with self._lock:
+                if not self.held:
+                    self.phase = phase
+                    return
+                held, self.held = self.held, []
+            for env in held:
+                self.accept(env, phase)
 
     def release_held(self) -> list[Envelope]:
         """Messages held back during replay, in arrival order (the caller re-accepts them)."""

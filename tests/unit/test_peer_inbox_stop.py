@@ -1,6 +1,7 @@
-"""A stopping peer handles nothing new: whatever arrives once it is stopping (direct, replay
-or from its txlog follower) is dropped unacked and unremembered, and a message decided to
-run just before is submitted before ``stop_admitting`` returns (so the drain covers it)."""
+"""Phase changes of the inbox. A stopping peer handles nothing new: whatever arrives once it
+is stopping (direct, replay or from its txlog follower) is dropped unacked and unremembered,
+and a message decided to run just before is submitted before ``stop_admitting`` returns (so
+the drain covers it). Leaving replay dispatches the held-back messages before any newer one."""
 
 from __future__ import annotations
 
@@ -71,3 +72,28 @@ def test_stop_admitting_waits_for_a_decided_message_then_refuses_new_ones() -> N
     inbox.accept(_env(3, replay=True))
     assert submitted == ["m1"] and stats["refused_stopping"] == 2
     assert "m2" not in inbox.dedup and "m3" not in inbox.dedup
+
+
+def test_release_keeps_live_arrivals_behind_the_held_messages() -> None:
+    """End of replay: a live message arriving while the held-back ones are being released
+    is dispatched after them, never between (per-sender order across the switch)."""
+    order: list[str] = []
+    inbox: Inbox
+
+    def submit(key: str, job: Job) -> None:
+        order.append(job.env.message_id)
+        if job.env.message_id == "m1":  # m3 arrives live while m1..m2 are being released
+            t = threading.Thread(target=inbox.accept, args=(_env(3),))
+            t.start()
+            t.join(10)
+
+    inbox = Inbox("B", "test", _handlers(), DedupWindow(10), submit, lambda *a: None,
+                  lambda env: None, Counter())
+    inbox.phase = Phase.REPLAY
+    inbox.accept(_env(1))
+    inbox.accept(_env(2))
+    assert [e.message_id for e in inbox.held] == ["m1", "m2"] and order == []
+    inbox.release(Phase.NORMAL)
+    assert order == ["m1", "m2", "m3"] and inbox.phase is Phase.NORMAL and not inbox.held
+    inbox.accept(_env(4))
+    assert order[-1] == "m4"
