@@ -93,3 +93,20 @@ def test_clients_without_valid_credentials_are_refused(sasl_stack: LocalStack,
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=8)
     AdminClient(settings.admin_config()).list_topics(timeout=30)  # the right ones pass
+
+
+def test_the_spark_job_reads_and_writes_through_sasl(sasl_stack: LocalStack) -> None:
+    """The queues job (Spark's Java Kafka source and sink, settings translated to the Java
+    client's JAAS config) materializes the queues of the load through the SCRAM listener."""
+    from spark_streaming.depth import read_queues
+    from spark_streaming.runner import expected_queues
+    from tidemark.stack import spark_plan
+
+    settings = sasl_stack.settings()
+    sasl_stack.up(brokers=1, extra=[spark_plan], timeout_s=120)
+    expected, _, _ = expected_queues(settings)
+    assert expected
+
+    def converged() -> bool:
+        return read_queues(settings, timeout_s=30).queues == expected
+    wait_for(converged, 400, what="the queues job's view equal to the model, through SASL")
