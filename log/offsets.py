@@ -148,6 +148,11 @@ class Lookup:
             delay = min(delay * 2, 1.0)
 
 
+#: How long an unknown topic is asked for again before it counts as missing: brokers learn
+#: of a topic created through another broker a moment later.
+_NEW_TOPIC_GRACE_S = 3.0
+
+
 def _consumer(settings: Settings) -> Consumer:
     return Consumer(settings.consumer_config())
 
@@ -161,6 +166,9 @@ def _partitions(client: Consumer | AdminClient, settings: Settings, topic: str,
         meta = md.topics.get(topic)
         err = meta.error if meta is not None else None
         if meta is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            if time.monotonic() - lookup.started < _NEW_TOPIC_GRACE_S:
+                # a topic created a moment ago may not be in this broker's metadata yet
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
             raise TopicsMissingError([topic], settings.bootstrap)
         if err is not None:
             raise KafkaException(err)
