@@ -1,14 +1,17 @@
-"""Direct delivery between peers: the gRPC service ``tidemark.Peer`` with one method.
+"""Direct delivery between peers: the gRPC service ``tidemark.Peer``.
 
 ``/tidemark.Peer/Deliver`` takes a DirectBatch and returns a DirectReceipt, both Avro
-single-object bytes from ``schemas/`` (an empty batch is a ping). Like the replica service
-it uses raw-bytes generic handlers instead of a ``.proto``: Avro stays the project's only
-schema language, no protoc step is needed at build time, and the batch carries the same
-fields as the Send record it mirrors.
+single-object bytes from ``schemas/`` (an empty batch is a ping). ``/tidemark.Peer/Status``
+takes ``{"environment": E}`` (JSON) and answers the peer's :meth:`Peer.status` document as
+JSON (``tidemark peer status``); another environment is refused (PERMISSION_DENIED).
+Like the replica service it uses raw-bytes generic handlers instead of a ``.proto``: Avro
+stays the project's only schema language, no protoc step is needed at build time, and the
+batch carries the same fields as the Send record it mirrors.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -21,11 +24,12 @@ from peer_client.exceptions import PeerClientError, PeerUnreachableError
 from peer_client.ports import DirectCallback
 from peer_client.records import peer_codec
 
-__all__ = ["SERVICE", "DELIVER", "DirectServer", "DirectClient"]
+__all__ = ["SERVICE", "DELIVER", "STATUS", "DirectServer", "DirectClient", "peer_status"]
 
 log = logging.getLogger("peer_client.direct")
 SERVICE = "tidemark.Peer"
 DELIVER = f"/{SERVICE}/Deliver"
+STATUS = f"/{SERVICE}/Status"
 _OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
             ("grpc.max_send_message_length", 64 << 20)]
 
@@ -33,7 +37,19 @@ _OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
 class DirectServer:
     """Serves ``Deliver`` with ``handler(bytes) -> bytes`` on ``bind`` (port 0: any free)."""
 
-    def __init__(self, bind: str, handler: Callable[[bytes], bytes], workers: int = 4) -> None:
+    def __init__(self, bind: str, handler: Callable[[bytes], bytes], workers: int = 4,
+                 status: Callable[[], dict[str, Any]] | None = None,
+                 environment: str = "") -> None:
+        def status_of(request: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                asked = str(json.loads(request or b"{}").get("environment", ""))
+            except (ValueError, AttributeError):
+                asked = ""
+            if asked != environment:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                              f"this peer is in environment {environment!r}, not {asked!r}")
+            return json.dumps(status() if status is not None else {}, default=str).encode()
+
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
             try:
                 return handler(request)
@@ -45,7 +61,8 @@ class DirectServer:
                                                       thread_name_prefix="peer-direct"),
                                    options=[("grpc.so_reuseport", 0), *_OPTIONS])
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-            SERVICE, {"Deliver": grpc.unary_unary_rpc_method_handler(handle)}),))
+            SERVICE, {"Deliver": grpc.unary_unary_rpc_method_handler(handle),
+                      "Status": grpc.unary_unary_rpc_method_handler(status_of)}),))
         try:
             port = self._server.add_insecure_port(bind)
         except RuntimeError:
@@ -115,3 +132,18 @@ class DirectClient:
             for channel, _ in self._channels.values():
                 channel.close()
             self._channels.clear()
+
+
+def peer_status(endpoint: str, environment: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The status document of the peer serving ``endpoint`` (``Peer.status()``); raises
+    :class:`PeerUnreachableError` with the gRPC code (PERMISSION_DENIED: another environment)."""
+    channel = grpc.insecure_channel(endpoint, options=_OPTIONS)
+    try:
+        data = channel.unary_unary(STATUS)(json.dumps({"environment": environment}).encode(),
+                                           timeout=timeout)
+    except grpc.RpcError as exc:
+        raise PeerUnreachableError(f"{endpoint}: {exc.code().name}"
+                                   f" {exc.details() or ''}".rstrip()) from None
+    finally:
+        channel.close()
+    return dict(json.loads(data))

@@ -1,4 +1,5 @@
-"""Operator functions behind ``tidemark peer list | purge`` (the CLI lives in ``tidemark/``)."""
+"""Operator functions behind ``tidemark peer list | purge | status`` (the CLI lives in
+``tidemark/``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from peer_client.directory import DirectoryCache, PeerEntry
 from peer_client.exceptions import UnknownPeerError, WrongEnvironmentError
 from peer_client.records import peer_codec
 
-__all__ = ["read_directory", "list_peers", "purge_peer"]
+__all__ = ["read_directory", "list_peers", "purge_peer", "peer_status"]
 
 
 def read_directory(settings: Settings, dead_after_ms: int = 10_000,
@@ -66,15 +67,8 @@ def list_peers(settings: Settings, environment: str | None = None,
     return rows
 
 
-def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
-               timeout_s: float = 60.0) -> dict[str, Any]:
-    """Append a Purge for ``peer_id`` (Zebus's decommissioning): its queue empties.
-
-    Refuses a peer the directory does not know (:class:`UnknownPeerError`) or knows only in
-    another environment (:class:`WrongEnvironmentError`). Returns where the Purge landed and
-    whether the peer is currently up.
-    """
-    env = environment or settings.environment
+def _entry(settings: Settings, peer_id: str, env: str, timeout_s: float) -> PeerEntry:
+    """The directory entry of ``peer_id`` in ``env``; one clear error otherwise."""
     caches = read_directory(settings, timeout_s=timeout_s)
     entry = caches[env].get(peer_id) if env in caches else None
     if entry is None:
@@ -84,6 +78,40 @@ def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
                                         f" {others[0]!r}, not {env!r}")
         raise UnknownPeerError(f"peer {peer_id} is not registered in the directory"
                                f" ({settings.topic('directory')})")
+    return entry
+
+
+def peer_status(settings: Settings, peer_id: str, environment: str | None = None,
+                timeout_s: float = 60.0) -> dict[str, Any]:
+    """A running peer's own status (phase, incarnation, replayed, forwarded, replay and
+    handover durations, counters), asked over its gRPC endpoint from the directory.
+    Raises :class:`PeerUnreachableError` if it does not answer (down, or gone)."""
+    from peer_client.direct import peer_status as ask
+    from peer_client.exceptions import PeerUnreachableError
+    env = environment or settings.environment
+    entry = _entry(settings, peer_id, env, timeout_s)
+    age = round(max(0, int(time.time() * 1000) - entry.timestamp_ms) / 1000, 1)
+    if not entry.endpoint:
+        raise PeerUnreachableError(f"peer {peer_id} has no endpoint in the directory")
+    try:
+        doc = ask(entry.endpoint, env)
+    except PeerUnreachableError as exc:
+        state = "registered up" if entry.up else "registered down"
+        raise PeerUnreachableError(f"peer {peer_id} ({state}, last heartbeat {age} s ago)"
+                                   f" does not answer at {exc}") from None
+    return {**doc, "heartbeat_age_s": age}
+
+
+def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
+               timeout_s: float = 60.0) -> dict[str, Any]:
+    """Append a Purge for ``peer_id`` (Zebus's decommissioning): its queue empties.
+
+    Refuses a peer the directory does not know (:class:`UnknownPeerError`) or knows only in
+    another environment (:class:`WrongEnvironmentError`). Returns where the Purge landed and
+    whether the peer is currently up.
+    """
+    env = environment or settings.environment
+    entry = _entry(settings, peer_id, env, timeout_s)
     producer = LogProducer(settings, peer_codec())
     where: dict[str, int] = {}
     errors: list[str] = []

@@ -149,7 +149,8 @@ class Peer:
                                  f" Peer to start again")
         core.set_phase(Phase.STARTING)
         try:
-            self._server = DirectServer(opts.bind, core.receive_bytes)
+            self._server = DirectServer(opts.bind, core.receive_bytes, status=self.status,
+                                        environment=self.environment)
             core.endpoint = opts.advertise or self._server.endpoint
             self._follower = DirectoryFollower(self.settings, core.on_directory)
             self._follower.read_to_end(opts.start_timeout_s)

@@ -1,16 +1,27 @@
-"""Operator functions (``tidemark peer list | purge``) and ``bench send`` on the real stack."""
+"""Operator functions (``tidemark peer list | purge | status``) and ``bench send`` on the real
+stack."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
 
 from log.consumer import read_to_end
 from log.settings import Settings
-from peer_client import PeerOptions, UnknownPeerError, WrongEnvironmentError, message
+from peer_client import (
+    PeerOptions,
+    PeerUnreachableError,
+    UnknownPeerError,
+    WrongEnvironmentError,
+    message,
+)
 from peer_client.bench import bench_send
-from peer_client.operator import list_peers, purge_peer
+from peer_client.direct import peer_status as ask_endpoint
+from peer_client.operator import list_peers, peer_status, purge_peer
 from peer_client.peer import Peer
 from peer_client.records import peer_codec
 
@@ -42,6 +53,22 @@ def test_list_and_purge(fresh_settings: Settings) -> None:
         assert rows["B"]["subscriptions"] == ["otest.Job"] and rows["P"]["environment"] == "prod"
         assert rows["A"]["heartbeat_age_s"] < 10 and rows["A"]["last_heartbeat_ms"] > 0
         assert [r["peer_id"] for r in list_peers(fresh_settings, "test")] == ["A", "B"]
+
+        doc = peer_status(fresh_settings, "A", "test")
+        assert doc["phase"] == "normal" and doc["incarnation"] == a.incarnation
+        assert doc["peer_id"] == "A" and isinstance(doc["stats"], dict)
+        cli = subprocess.run(
+            [sys.executable, "-m", "tidemark", "peer", "status", "A", "--environment", "test",
+             "--bootstrap", fresh_settings.bootstrap, "--topic-prefix",
+             fresh_settings.topic_prefix, "--json"], capture_output=True, text=True, timeout=120)
+        assert cli.returncode == 0, cli.stderr
+        assert json.loads(cli.stdout)["incarnation"] == a.incarnation
+        with pytest.raises(PeerUnreachableError, match="peer B .*does not answer"):
+            peer_status(fresh_settings, "B", "test")  # stopped: its endpoint is closed
+        with pytest.raises(WrongEnvironmentError):
+            peer_status(fresh_settings, "P", "test")
+        with pytest.raises(PeerUnreachableError, match="PERMISSION_DENIED"):
+            ask_endpoint(a.endpoint, "prod")  # another environment asking A directly
 
         out = purge_peer(fresh_settings, "B", "test")
         assert out["peer_id"] == "B" and out["offset"] >= 5 and out["up"] is False

@@ -48,6 +48,29 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from peer_client.operator import peer_status
+    doc = peer_status(settings_from_args(args), args.peer_id, args.environment)
+    if args.json:
+        print_json(doc)
+        return 0
+    print(f"{doc['peer_id']} ({doc['environment']}): phase {doc['phase']}, incarnation"
+          f" {doc['incarnation']}, endpoint {doc['endpoint']}, heartbeat"
+          f" {doc['heartbeat_age_s']} s ago")
+    replay = doc.get("replay")
+    if replay:
+        print(f"  replay: stage {replay['stage']}, replayed {replay['replayed']}"
+              f" ({replay['duplicates_dropped']} duplicates dropped) in {replay['replay_ms']} ms,"
+              f" forwarded during handover {replay['forwarded']} in {replay['handover_ms']} ms,"
+              f" barrier {replay['barrier']}, retries {replay['retries']}")
+    else:
+        print("  replay: not configured for this peer")
+    stats = doc.get("stats") or {}
+    if stats:
+        print("  " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
+    return 0
+
+
 def _purge(args: argparse.Namespace) -> int:
     from peer_client.operator import purge_peer
     out = purge_peer(settings_from_args(args), args.peer_id, args.environment)
@@ -135,7 +158,13 @@ def register(commands: argparse._SubParsersAction[Any],
     env_flag(purge, "--environment", "environment")
     purge.add_argument("--json", action="store_true")
     purge.set_defaults(func=_purge)
-    for p in (ls, purge):
+    status = sub.add_parser("status", help="a running peer's phase, incarnation, replayed and"
+                                           " forwarded counts, handover duration")
+    status.add_argument("peer_id")
+    env_flag(status, "--environment", "environment")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_status)
+    for p in (ls, purge, status):
         add_settings_args(p)
     token = sub.add_parser("token", help="print a peer's credential for replay and pins"
                                          " (signed with the cluster file's secret)")
