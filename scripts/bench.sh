@@ -24,6 +24,9 @@ echo
 echo "== bench ingest (target >= 100k transactions/s per node)"
 $T bench ingest ${BENCH_ARGS:-}
 echo
+echo "== bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)"
+$T bench gc ${BENCH_ARGS:-}
+echo
 echo "== bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)"
 $T bench queues ${BENCH_ARGS:-}
 echo
