@@ -151,6 +151,11 @@ SETTINGS: tuple[Setting, ...] = (
             "a peer's credential for replay and pins (`tidemark peer token PEER`)"),
     Setting("peer_token_file", "TIDEMARK_PEER_TOKEN_FILE", "path", None,
             "file holding a peer's token, read when TIDEMARK_PEER_TOKEN is unset"),
+    Setting("peer_dedup_dir", "TIDEMARK_PEER_DEDUP_DIR", "path", None,
+            "folder of the peers' persisted dedup stores (one LevelDB per peer id): a message"
+            " whose handler completed is not handled again after a crash; unset: off"),
+    Setting("peer_dedup_ttl", "TIDEMARK_PEER_DEDUP_TTL", "duration", "24h",
+            "how long a peer's persisted dedup store remembers a completed message id"),
     # Spark queues job
     Setting("spark_checkpoint", "TIDEMARK_SPARK_CHECKPOINT", "path", None,
             "checkpoint folder of the queues job (default: STATE_DIR/spark/PREFIXcheckpoint)"),

@@ -6,6 +6,7 @@ from log.settings import Settings, load_settings
 from peer_client.aio import AsyncPeer
 from peer_client.context import MessageContext, Phase
 from peer_client.exceptions import (
+                                    DedupStoreError,
                                     DuplicatePeerError,
                                     DurabilityTimeoutError,
                                     DurabilityUnavailableError,
@@ -35,5 +36,5 @@ __all__ = [
     "PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
     "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
     "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
-    "HandlerError", "OversizedMessageError", "ReplayDeniedError",
+    "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError",
 ]

@@ -21,6 +21,7 @@ from peer_client.acks import AckBatcher
 from peer_client.avro_fast import SendEncoder
 from peer_client.context import Phase
 from peer_client.dedup import DedupWindow
+from peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms
 from peer_client.directory import DirectoryCache, PeerEntry, needs_probe
 from peer_client.exceptions import (
     DuplicatePeerError,
@@ -97,6 +98,7 @@ class PeerCore(Sending):
         self._posted_cb = self._posted
         self._ack_cb = self._ack_delivered
         self._post_first_error: str | None = None
+        self.dedup_store: DedupStore | None = None  # opened at STARTING, closed at STOPPED
 
     # ---- phases --------------------------------------------------------------------------
     @property
@@ -106,11 +108,41 @@ class PeerCore(Sending):
 
     def set_phase(self, phase: Phase) -> None:
         """Move to ``phase``; leaving STARTING/REPLAY dispatches the held-back messages
-        first (live ones arriving meanwhile queue behind them: per-sender order holds)."""
+        first (live ones arriving meanwhile queue behind them: per-sender order holds).
+        STARTING opens the persisted dedup store if configured (it may raise
+        :class:`~peer_client.exceptions.DedupStoreError`); STOPPED closes it."""
+        if phase is Phase.STARTING:
+            self.open_dedup_store()
         if phase in (Phase.HANDOVER, Phase.NORMAL):
             self.inbox.release(phase)
         else:
             self.inbox.phase = phase
+        if phase is Phase.STOPPED:
+            self.close_dedup_store()
+
+    def open_dedup_store(self) -> DedupStore | None:
+        """Open this peer's persisted dedup store (``options.dedup_dir``, else the
+        ``TIDEMARK_PEER_DEDUP_DIR`` setting; neither: off) and plug it into the inbox."""
+        root = resolve_dedup_dir(self.options.dedup_dir)
+        if not root or self.dedup_store is not None:
+            return self.dedup_store
+        store = DedupStore.for_peer(root, self.peer_id, self.environment,
+                                    resolve_ttl_ms(self.options.dedup_ttl_ms),
+                                    self.options.dedup_max_entries)
+        gone = store.sweep(self.clock_ms())
+        log.info("peer %s: persisted dedup store %s (%d ids, %d expired)", self.peer_id,
+                 store.path, len(store), gone)
+        self.dedup_store = store
+        self.inbox.clock_ms = self.clock_ms
+        self.inbox.completed = store
+        return store
+
+    def close_dedup_store(self) -> None:
+        """Unplug and close the persisted dedup store (nothing is recorded afterwards)."""
+        store, self.dedup_store = self.dedup_store, None
+        if store is not None:
+            self.inbox.completed = None
+            store.close()
 
     def begin_replay(self) -> None:
         """Replay starts: live messages are held back from now on."""
@@ -328,6 +360,10 @@ class PeerCore(Sending):
         out = dict(self.stats)
         out["sent"] = self.sent
         out["logged"] = self.outbox.logged
+        store = self.dedup_store
+        if store is not None:
+            out["dedup_store_ids"] = len(store)
+            out["dedup_store_expired"] = store.expired_total
         return out
 
     # ---- housekeeping --------------------------------------------------------------------
@@ -338,6 +374,12 @@ class PeerCore(Sending):
             batch = self.acks.due(now)
         if batch:
             self._append_acks(batch)
+        store = self.dedup_store
+        if store is not None:
+            try:
+                store.maybe_sweep(now)
+            except Exception as exc:  # noqa: BLE001 - closed meanwhile, or a disk error
+                log.warning("peer %s: dedup store sweep failed: %s", self.peer_id, exc)
         with self.dir_lock:
             gone = self.directory.expire(now)
         for peer_id in gone:

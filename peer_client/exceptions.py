@@ -7,7 +7,7 @@ from log.exceptions import OversizedMessageError, TidemarkError
 __all__ = ["PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
            "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
            "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
-           "HandlerError", "OversizedMessageError", "ReplayDeniedError"]
+           "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError"]
 
 
 class PeerClientError(TidemarkError):
@@ -72,3 +72,8 @@ class ReplayDeniedError(PeerClientError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class DedupStoreError(PeerClientError):
+    """The persisted dedup store cannot be used: another peer's (or environment's), in use
+    by another process, or unreadable/corrupt. The message says which and what to do."""

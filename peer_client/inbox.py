@@ -2,10 +2,13 @@
 
 :func:`decide` is pure: hold back (live message during replay), drop (duplicate id), fail
 (unknown type, no handler, malformed payload: reported, never fatal, never acked) or run.
-The :class:`Inbox` applies decisions; the :class:`Job` runs a handler and then acks or
-records the failure. Once the peer is stopping nothing new runs: a message that arrives then
-(from any path: direct, replay, the txlog follower) is dropped unacked and not remembered,
-so it is delivered again to the next incarnation, never handled after the acks were flushed.
+With a persisted dedup store (``peer_client.dedup_store``), a message whose handler
+completed in an earlier incarnation is dropped and acked again (``completed_before``).
+The :class:`Inbox` applies decisions; the :class:`Job` runs a handler and then (store: its id
+recorded first) acks, or records the failure. Once the peer is stopping nothing new runs:
+a message that arrives then (from any path: direct, replay, the txlog follower) is dropped
+unacked and not remembered, so it is delivered again to the next incarnation, never handled
+after the acks were flushed.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from peer_client.context import MessageContext, Phase
 from peer_client.dedup import DedupWindow
@@ -25,13 +28,22 @@ from peer_client.messages import lookup
 from peer_client.records import Envelope
 
 __all__ = ["Decision", "decide", "Job", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
-           "STOPPED_PHASES"]
+           "STOPPED_PHASES", "CompletedIds"]
 
 log = logging.getLogger("peer_client.inbox")
 
 HOLD, DROP, FAIL, RUN = "hold", "drop", "fail", "run"
 #: Phases in which nothing new is handled (its acks could no longer be flushed).
 STOPPED_PHASES = (Phase.STOPPING, Phase.STOPPED)
+
+
+class CompletedIds(Protocol):
+    """Ids of messages whose handler completed, kept across incarnations (the store)."""
+
+    def __contains__(self, message_id: object) -> bool: ...
+
+    def record(self, message_id: str, now_ms: int) -> bool:
+        """Remember ``message_id``; False if it was already there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +58,10 @@ class Decision:
 
 
 def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
-           handlers: HandlerRegistry) -> Decision:
-    """The fate of one arriving message. Remembers its id in ``dedup`` unless held/dropped."""
+           handlers: HandlerRegistry, completed: CompletedIds | None = None) -> Decision:
+    """The fate of one arriving message. Remembers its id in ``dedup`` unless held/dropped.
+    An id new to ``dedup`` but in ``completed`` is DROP ``completed`` (to be acked, not run);
+    it stays in ``dedup``."""
     if env.environment != environment:
         return Decision(DROP, "environment", f"message {env.message_id} from {env.sender} is"
                                              f" in environment {env.environment!r}, this peer"
@@ -59,6 +73,8 @@ def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
         return Decision(HOLD)
     if not dedup.check_and_add(env.message_id):
         return Decision(DROP, "duplicate")
+    if completed is not None and env.message_id in completed:
+        return Decision(DROP, "completed")
     handler = handlers.get(env.message_type)
     if handler is None:
         kind = "unknown_type" if lookup(env.message_type) is None else "no_handler"
@@ -139,12 +155,16 @@ class Inbox:
         self._admitted = threading.Condition(self._lock)
         self._admitting = 0  # decided to RUN, not yet submitted
         self._slots = threading.BoundedSemaphore(limit) if limit else None
+        #: the persisted dedup store (None: off) and the clock its records are stamped with
+        self.completed: CompletedIds | None = None
+        self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
     def accept(self, env: Envelope, phase: Phase | None = None) -> None:
         """Take one arriving message (blocks while ``limit`` messages are unfinished);
         ``phase`` overrides the inbox's phase (for held-back messages being released)."""
         with self._lock:
-            d = decide(env, phase or self.phase, self.environment, self.dedup, self.handlers)
+            d = decide(env, phase or self.phase, self.environment, self.dedup, self.handlers,
+                       self.completed)
             if d.action == HOLD:
                 self.held.append(env)
                 self.stats["held_back"] += 1
@@ -153,21 +173,26 @@ class Inbox:
                 if d.kind == "stopping":
                     self.stats["refused_stopping"] += 1
                     return
-                self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
-                if d.kind != "duplicate":
-                    log.warning("%s", d.reason)
-                return
+                if d.kind != "completed":
+                    self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
+                    if d.kind != "duplicate":
+                        log.warning("%s", d.reason)
+                    return
+                self.stats["completed_before"] += 1
             if d.action == FAIL:
                 self.stats[d.kind] += 1
                 self.dedup.forget(env.message_id)
             else:
-                self._admitting += 1
+                self._admitting += 1  # to run, or (completed before) to ack
         if d.action == FAIL:
             log.warning("peer %s: %s (message %s from %s) - not acked, reported",
                         self.peer_id, d.reason, env.message_id, env.sender)
             self._on_failure(env, d.reason, d.kind)
             return
         try:
+            if d.action == DROP:  # completed by an earlier incarnation: acked, not run again
+                self._on_success(env)
+                return
             if self._slots is not None:
                 self._slots.acquire()
             assert d.handler is not None
@@ -198,6 +223,9 @@ class Inbox:
         env = job.env
         if error is None:
             self.stats["handled"] += 1
+            completed = self.completed
+            if completed is not None and env.persistent:
+                self._record_completed(completed, env)
             self._on_success(env)
             return
         with self._lock:
@@ -207,6 +235,16 @@ class Inbox:
         log.warning("peer %s: handler for %s failed on message %s from %s: %s - not acked",
                     self.peer_id, env.message_type, env.message_id, env.sender, reason)
         self._on_failure(env, reason, "handler")
+
+    def _record_completed(self, completed: CompletedIds, env: Envelope) -> None:
+        """Persist the id before the ack is queued; a failed write is logged (the ack
+        still goes: once it is in Kafka the message is not delivered again anyway)."""
+        try:
+            completed.record(env.message_id, self.clock_ms())
+        except Exception as exc:  # noqa: BLE001 - the store must not lose the ack
+            self.stats["dedup_store_errors"] += 1
+            log.error("peer %s: could not record message %s in the dedup store: %s",
+                      self.peer_id, env.message_id, exc)
 
     def release(self, phase: Phase) -> None:
         """Move to ``phase`` (HANDOVER or NORMAL) once every held-back message is dispatched,

@@ -33,6 +33,11 @@ class PeerOptions:
     direct_batch: int = 1_000           #: messages per direct-delivery call, at most
     unreachable_backoff_ms: int = 1_000  #: no direct attempt to a peer that just failed one
     dedup_window: int = 100_000         #: message ids remembered for dedup
+    #: folder of the persisted dedup stores (one LevelDB per peer id; see
+    #: ``peer_client.dedup_store``); None: the ``TIDEMARK_PEER_DEDUP_DIR`` setting; "": off
+    dedup_dir: str | None = None
+    dedup_ttl_ms: int | None = None      #: persisted ids expire this long after being recorded
+    dedup_max_entries: int = 1_000_000  #: ... and beyond this many, oldest first
     durability_timeout_ms: int = 30_000  #: quorum/all: how long a send waits for replicas
     start_timeout_s: float = 60.0       #: reading the directory, registering
     stop_timeout_s: float = 30.0        #: draining handlers and flushing acks at stop
@@ -43,9 +48,11 @@ class PeerOptions:
             raise ValueError(f"flight_mode must be {BLOCK!r} or {RAISE!r}")
         for name in ("workers", "inbox_limit", "flight_size", "ack_batch", "heartbeat_ms",
                      "dead_after_ms", "direct_timeout_ms", "direct_batch", "dedup_window",
-                     "durability_timeout_ms", "tick_ms"):
+                     "dedup_max_entries", "durability_timeout_ms", "tick_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.dedup_ttl_ms is not None and self.dedup_ttl_ms <= 0:
+            raise ValueError(f"dedup_ttl_ms must be positive, got {self.dedup_ttl_ms!r}")
 
     def with_(self, **changes: Any) -> "PeerOptions":
         """A copy with ``changes``."""

@@ -147,8 +147,8 @@ class Peer:
         if core.phase is not Phase.CREATED:
             raise PeerStateError(f"peer {self.peer_id} is {core.phase.value}: create a new"
                                  f" Peer to start again")
-        core.set_phase(Phase.STARTING)
         try:
+            core.set_phase(Phase.STARTING)  # opens the persisted dedup store, if configured
             self._server = DirectServer(opts.bind, core.receive_bytes, status=self.status,
                                         environment=self.environment)
             core.endpoint = opts.advertise or self._server.endpoint
