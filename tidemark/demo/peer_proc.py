@@ -1,6 +1,6 @@
 """One demo peer as its own OS process (so the demo's SIGKILL is real).
 
-    python -m tidemark.demo.peer_proc receiver --id B --ledger B.ledger
+    python -m tidemark.demo.peer_proc receiver --id B --ledger B.ledger --dedup-dir dedup
     python -m tidemark.demo.peer_proc sender --id A --to B --rate 150 --sent A.sent
 
 Both print JSON lines on stdout: ``{"t": "ready", ...}`` once started, ``{"t": "status",
@@ -8,7 +8,9 @@ Both print JSON lines on stdout: ``{"t": "ready", ...}`` once started, ``{"t": "
 stdin (the peer stops cleanly, then the process exits 0).
 
 * **receiver**: a :class:`~peer_client.Peer` with a
-  :class:`~peer_client.replay.ReplicaReplayer` (replay on start); its handlers record every
+  :class:`~peer_client.replay.ReplicaReplayer` (replay on start) and, with ``--dedup-dir``,
+  the library's persisted dedup (``PeerOptions.dedup_dir``: a message whose handler returned
+  before a SIGKILL is not handed to B's next incarnation again); its handlers record every
   Tick and Note in a fsync'ed :class:`~tidemark.demo.ledger.Ledger` before returning.
 * **sender**: sends Ticks to ``--to`` at ``--rate`` per second and publishes a Note every
   ``--publish-every`` sends; each id is written to ``--sent`` once the send returned (the
@@ -78,7 +80,8 @@ def run_receiver(args: argparse.Namespace) -> int:
     from tidemark.demo.ledger import Handled, Ledger
     settings = load_settings(state_dir=args.state_dir)
     ledger = Ledger(Path(args.ledger))
-    peer = Peer(args.id, None, settings, PeerOptions(heartbeat_ms=500, dead_after_ms=5000),
+    peer = Peer(args.id, None, settings, PeerOptions(heartbeat_ms=500, dead_after_ms=5000,
+                                                     dedup_dir=args.dedup_dir),
                 replayer=ReplicaReplayer(settings))
 
     def on(kind: str) -> Any:
@@ -164,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     r = roles.add_parser("receiver")
     r.add_argument("--id", required=True)
     r.add_argument("--ledger", required=True)
+    r.add_argument("--dedup-dir", default=None,
+                   help="folder of the persisted dedup store (default: TIDEMARK_PEER_DEDUP_DIR)")
     r.set_defaults(func=run_receiver)
     s = roles.add_parser("sender")
     s.add_argument("--id", required=True)

@@ -37,8 +37,12 @@ def render(r: dict[str, Any]) -> str:
                                       f" to txlog offset {rp['handover_target']})"),
         ("duplicates dropped (peer dedup)", f"{r['duplicates_dropped']}  (of them in replay:"
                                             f" {r['replay_duplicates_dropped']})"),
-        ("handled by B1, ack lost in the kill", f"{r['redelivered_after_kill']}  (redelivered"
-                                                 f" to B2, skipped by the handler's ledger)"),
+        ("handled by B1, ack lost in the kill", f"{r.get('completed_before_kill', 0)}  (acked"
+                                                 f" by B2 without a handler call: persisted"
+                                                 f" dedup)"),
+        ("  reached B2's handler anyway", f"{r['redelivered_after_kill']}  (skipped by the"
+                                          f" handler's ledger; killed between return and"
+                                          f" dedup record)"),
         ("dead-lettered", dl),
         ("LOST", str(r["lost"]) + (f"  e.g. {r['lost_ids'][:3]}" if r["lost"] else "")),
         ("applied twice", str(r["handled_twice"])),

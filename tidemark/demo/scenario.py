@@ -16,6 +16,7 @@ something.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,14 +128,16 @@ def run_demo(settings: Settings, folder: Path, replica_addresses: list[str],
     """Run the scenario; returns the summary document (``ok`` says whether it passed)."""
     folder.mkdir(parents=True, exist_ok=True)
     ledger = folder / "B.ledger"
+    dedup = folder / "dedup"  # B's persisted dedup store (the library's), fresh every run
+    shutil.rmtree(dedup, ignore_errors=True)
     for f in folder.glob("*"):
         if f.suffix in (".ledger", ".sent", ".err"):
             f.unlink()
     procs: list[PeerProcess] = []
 
     def receiver(name: str) -> PeerProcess:
-        p = PeerProcess(name, ["receiver", "--id", "B", "--ledger", str(ledger)], folder,
-                        state_dir)
+        p = PeerProcess(name, ["receiver", "--id", "B", "--ledger", str(ledger),
+                               "--dedup-dir", str(dedup)], folder, state_dir)
         procs.append(p)
         return p
 
@@ -204,6 +207,7 @@ def run_demo(settings: Settings, folder: Path, replica_addresses: list[str],
             "replay_duplicates_dropped": rp.get("duplicates_dropped", 0),
             "duplicates_dropped": b1_stats.get("duplicates", 0) + b2_stats.get("duplicates", 0),
             "redelivered_after_kill": b2_final.get("redelivered", 0),
+            "completed_before_kill": b2_stats.get("completed_before", 0),
             "deadlettered": _deadlettered(settings, "B"),
             "lost": len(t.lost), "lost_ids": t.lost[:20],
             "handled_twice": len(t.twice), "twice_ids": t.twice[:20],
