@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from log import registry
-from peer_client import MessageContext, PeerOptions, message
+from log.settings import load_settings
+from peer_client import MessageContext, Peer, PeerOptions, message
 from peer_client.context import Phase
 from peer_client.dedup import DedupWindow
 from peer_client.dedup_store import DedupStore, resolve_dedup_dir, store_path
@@ -178,3 +179,15 @@ def test_persisted_dedup_hands_no_completed_message_to_a_handler_twice(tmp_path:
     done, skipped = _crashing_bus(tmp_path / "unused", persisted=False)
     assert done == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9] and skipped == 0
     assert not (tmp_path / "unused").exists()
+
+
+def test_peer_start_with_a_store_in_use_is_one_error_and_cleans_up(tmp_path: Path) -> None:
+    settings = load_settings(env={}, bootstrap="127.0.0.1:1")  # never reached: fails first
+    held = DedupStore.for_peer(tmp_path, "B", settings.environment, DAY, 10)
+    try:
+        peer = Peer("B", None, settings, PeerOptions(dedup_dir=str(tmp_path)))
+        with pytest.raises(DedupStoreError, match="in use by another process"):
+            peer.start()
+        assert peer.phase is Phase.STOPPED and peer.core.dedup_store is None
+    finally:
+        held.close()
