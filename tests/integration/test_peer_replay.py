@@ -9,6 +9,7 @@ restarts: nothing is lost or handled twice.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -25,6 +26,9 @@ from tidemark.stack.launcher import LocalStack
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 N = 2000
+#: How long the stale sender's view stays frozen: three times a 30 s timed safety phase, and
+#: some (the design has no such timer; with one, messages of this window would be lost).
+STALE_S = 95.0
 
 
 @message("rtest.Tick")
@@ -143,7 +147,8 @@ def test_sender_keeps_sending_through_a_restart(stack: tuple[LocalStack, JobProc
 
 def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProcess]) -> None:
     """A's directory view is frozen on D's old incarnation for the whole restart of D and
-    long after its handover: whatever A sends reaches D's handlers exactly once (no timer
+    long after its handover, more than three times the 30 s safety period of a timed
+    handover (:data:`STALE_S`): whatever A sends reaches D's handlers exactly once (no timer
     ends the redelivery path)."""
     s, job = stack
     settings = s.settings()
@@ -155,6 +160,7 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
         old = a.core.peer("D").incarnation
         assert a._follower is not None
         a._follower.close()                       # A's view is frozen from here on
+        frozen_at = time.monotonic()
         for i in range(100):
             a.send("D", Tick(i))                  # directly to D1
         wait_for(lambda: seen.count() >= 100, 60, 0.05, "D1 handling")
@@ -164,8 +170,13 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
         d2 = _peer(s, "D", seen)
         with d2:
             assert d2.phase is Phase.NORMAL and d2.incarnation != old
-            for i in range(400, 1400):            # D2 is up, A never learns of it
+            # D2 is up, A never learns of it: A keeps sending, spread over the rest of the
+            # stale window (pacing: a rate, not a synchronization)
+            start, span = time.monotonic(), max(0.0, frozen_at + STALE_S - time.monotonic())
+            for j, i in enumerate(range(400, 1400)):
+                time.sleep(max(0.0, start + span * j / 999 - time.monotonic()))
                 a.send("D", Tick(i))
+            assert time.monotonic() - frozen_at >= STALE_S
             assert a.core.directory.get("D").incarnation == old  # still stale
             wait_for(lambda: seen.count() >= 1400, 120, 0.05, "D2 handling the stale sends")
             st = d2.status()
