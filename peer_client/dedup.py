@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 __all__ = ["DedupWindow"]
 
 
@@ -17,7 +19,10 @@ class DedupWindow:
         if capacity <= 0:
             raise ValueError("capacity must be positive")
         self.capacity = capacity
-        self._ids: dict[str, None] = {}
+        # An OrderedDict, not a dict: evicting a plain dict's first key scans past every
+        # slot deleted since its last resize (tens of thousands at a 100k capacity), which
+        # made each message cost O(capacity) once the window was full.
+        self._ids: OrderedDict[str, None] = OrderedDict()
 
     def check_and_add(self, message_id: str) -> bool:
         """True if ``message_id`` is new (and now remembered), False if a duplicate."""
@@ -26,7 +31,7 @@ class DedupWindow:
             return False
         ids[message_id] = None
         if len(ids) > self.capacity:
-            del ids[next(iter(ids))]
+            ids.popitem(last=False)
         return True
 
     def forget(self, message_id: str) -> None:
