@@ -22,9 +22,7 @@ Purge), in a handful of batched round trips. Output rows (:data:`OUTPUT_SCHEMA`)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from log.codec import Codec, default_codec
 from log.exceptions import CodecError
@@ -47,6 +45,9 @@ from spark_streaming.queue_state import (
     queue_key,
 )
 from spark_streaming.records import RecordReader
+
+if TYPE_CHECKING:  # pandas comes with the [spark] extra; peers and replicas run without it
+    import pandas as pd
 from spark_streaming.state_layout import (
     StateMaps,
     chunk_key,
@@ -245,5 +246,6 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
     if len(rows):
         for part, top in rows.groupby("partition")["offset"].max().items():
             out.append((MARK, None, None, int(part), int(top), None, 0))
+    import pandas as pd
     frame = pd.DataFrame(out, columns=_COLUMNS)
     return frame.astype({"partition": "int32", "offset": "int64", "count": "int32"})
