@@ -40,7 +40,7 @@ from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_replica_support import replica_stack, status  # noqa: E402
+from test_replica_support import replicas_and_job, status  # noqa: E402
 
 pytestmark = [pytest.mark.fault, pytest.mark.spark, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,12 +112,8 @@ class Job:
 def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[tuple[LocalStack, JobProcess]]:
     folder = tmp_path_factory.mktemp("replay-faults")
-    with replica_stack(bootstrap, folder / "stack", "2x2") as s:
-        job = JobProcess(s.settings(), folder / "checkpoint", folder / "job.log").start()
-        try:
-            yield s, job
-        finally:
-            job.stop()
+    with replicas_and_job(bootstrap, folder) as (s, job):
+        yield s, job
 
 
 class PeerProcess:

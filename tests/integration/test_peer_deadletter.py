@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from test_replica_support import replica_stack
+from test_replica_support import replicas_and_job
 
 from log.settings import Settings
 from peer_client import MessageContext, message
@@ -45,14 +45,8 @@ class Job:
 def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[tuple[LocalStack, JobProcess]]:
     folder = tmp_path_factory.mktemp("peer-deadletter")
-    with replica_stack(bootstrap, folder / "stack", "2x2") as s:
-        job = JobProcess(s.settings(), folder / "checkpoint", folder / "job.log")
-        job.env["TIDEMARK_DELIVERY_LIMIT"] = str(LIMIT)
-        job.start()
-        try:
-            yield s, job
-        finally:
-            job.stop()
+    with replicas_and_job(bootstrap, folder, env={"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}) as (s, job):
+        yield s, job
 
 
 class Handler:

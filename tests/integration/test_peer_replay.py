@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from test_replica_support import replica_stack
+from test_replica_support import replicas_and_job
 
 from peer_client import MessageContext, message
 from peer_client.context import Phase
@@ -41,12 +41,8 @@ class Tick:
 def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[tuple[LocalStack, JobProcess]]:
     folder = tmp_path_factory.mktemp("peer-replay")
-    with replica_stack(bootstrap, folder / "stack", "2x2") as s:
-        job = JobProcess(s.settings(), folder / "checkpoint", folder / "job.log").start()
-        try:
-            yield s, job
-        finally:
-            job.stop()
+    with replicas_and_job(bootstrap, folder) as (s, job):
+        yield s, job
 
 
 class Seen:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -23,6 +24,22 @@ from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
 __all__ = ["replica_stack", "status", "ends", "txlog_ust"]
 
 _VARS = ("TIDEMARK_BOOTSTRAP", "TIDEMARK_TOPIC_PREFIX", "TIDEMARK_PARTITIONS")
+
+
+@contextmanager
+def replicas_and_job(bootstrap: str, folder: Path, layout: str = "2x2",
+                     env: dict[str, str] | None = None) -> Iterator[tuple[LocalStack, Any]]:
+    """:func:`replica_stack` plus the Spark queues job on its topics (checkpoint and log in
+    ``folder``), stopped afterwards; ``env``: extra variables for the job."""
+    from spark_streaming.runner import JobProcess
+    with replica_stack(bootstrap, folder / "stack", layout) as stack:
+        job = JobProcess(stack.settings(), folder / "checkpoint", folder / "job.log")
+        job.env.update(env or {})
+        job.start()
+        try:
+            yield stack, job
+        finally:
+            job.stop()
 
 
 @contextmanager
