@@ -135,6 +135,9 @@ SETTINGS: tuple[Setting, ...] = (
             "the environment every record carries"),
     Setting("max_message_bytes", "TIDEMARK_MAX_MESSAGE_BYTES", "int", 1_000_000,
             "largest record value; larger ones are refused before Kafka"),
+    Setting("producer_linger_ms", "TIDEMARK_PRODUCER_LINGER_MS", "int", 20,
+            "how long a producer waits to fill a batch (librdkafka linger.ms): each batch is a"
+            " request the three brokers replicate, so short lingers cost broker CPU"),
     Setting("txlog_retention_ms", "TIDEMARK_TXLOG_RETENTION_MS", "int", 30 * 24 * 3600 * 1000,
             "txlog retention"),
     Setting("queues_delete_retention_ms", "TIDEMARK_QUEUES_DELETE_RETENTION_MS", "int",
