@@ -28,7 +28,8 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one ``tidemark: error:`` line, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"tidemark: error: {self.prog}: {message}", file=sys.stderr)
+        where = "" if self.prog == "tidemark" else f"{self.prog}: "
+        print(f"tidemark: error: {where}{message}", file=sys.stderr)
         sys.exit(2)
 
 
