@@ -1,11 +1,22 @@
-"""Helpers for tests: waiting on a condition with a deadline (never a bare sleep)."""
+"""Helpers for tests: waiting on a condition with a deadline (never a bare sleep), and a
+peer run as a separate process (for the fault tests that SIGKILL it)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-__all__ = ["wait_for"]
+__all__ = ["wait_for", "PeerScript", "handled", "ROOT"]
+
+#: The repository root (peer scripts run there, so that they import the checkout).
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.2,
@@ -19,3 +30,76 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: f
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class PeerScript:
+    """A peer run as a separate process (``python -c script state_dir peer_id *args``) that
+    the test drives over stdin/stdout: ``ready <incarnation>``, ``status`` (one JSON line),
+    ``stop`` (answers ``stopped``), or a SIGKILL. When the stack's cluster file has a secret,
+    the process gets its own replay token (it never holds the secret)."""
+
+    def __init__(self, stack: Any, peer_id: str, script: str, args: list[str],
+                 tmp: Path) -> None:
+        from gossip.peer_auth import issue_token
+        from replica.config import load_cluster_file
+        from tidemark.stack.replicas import CONFIG_NAME
+
+        self.err = tmp / f"{peer_id}-{os.getpid()}-{id(self)}.err"
+        env = dict(os.environ)
+        secret = load_cluster_file(stack.state_dir / CONFIG_NAME).secret
+        if secret:
+            env["TIDEMARK_PEER_TOKEN"] = issue_token(secret, stack.settings().environment,
+                                                     peer_id)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(stack.state_dir), peer_id, *args],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.err.open("w"), text=True)
+
+    def command(self, cmd: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+
+    def line(self) -> str:
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.readline()
+        assert out, f"peer process exited: {self.errors()}"
+        return out.strip()
+
+    def ready(self) -> str:
+        """Waits for the end of the start sequence; returns the incarnation."""
+        out = self.line()
+        assert out.startswith("ready"), out
+        return out.split()[1]
+
+    def status(self) -> dict[str, Any]:
+        self.command("status")
+        return dict(json.loads(self.line()))
+
+    def stop(self) -> None:
+        self.command("stop")
+        assert self.line() == "stopped"
+        self.proc.wait(30)
+
+    def sigkill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def errors(self) -> str:
+        return self.err.read_text()[-3000:] if self.err.exists() else ""
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def handled(record: Path) -> list[tuple[str, str, str, int]]:
+    """``(kind, incarnation, message id, n)`` per line of a peer script's handler record."""
+    if not record.exists():
+        return []
+    rows = []
+    for line in record.read_text().splitlines():
+        kind, inc, mid, n = line.split()
+        rows.append((kind, inc, mid, int(n)))
+    return rows

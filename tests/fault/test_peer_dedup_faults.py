@@ -10,9 +10,6 @@ before any of B1's acks reached Kafka.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import textwrap
 from collections import Counter
@@ -22,24 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from gossip.peer_auth import issue_token
 from log.consumer import read_to_end
 from log.partitioner import partition_for_peer
 from log.settings import Settings
 from peer_client import message
 from peer_client.peer import Peer
 from peer_client.records import peer_codec
-from replica.config import load_cluster_file
 from spark_streaming.runner import JobProcess
-from tests.support import wait_for
+from tests.support import PeerScript, handled, wait_for
 from tidemark.stack.launcher import LocalStack
-from tidemark.stack.replicas import CONFIG_NAME
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_replica_support import replicas_and_job  # noqa: E402
 
 pytestmark = [pytest.mark.fault, pytest.mark.spark, pytest.mark.timeout(900)]
-ROOT = Path(__file__).resolve().parents[2]
 
 # The recipient in its own process. argv: state dir, peer id, record file, the n whose
 # handler blocks (before it records anything; -1: none), inbox limit, ack linger ms, ack
@@ -111,72 +104,16 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
         yield s, job
 
 
-class PeerProcess:
+class PeerProcess(PeerScript):
     """One run of the recipient script."""
 
     def __init__(self, stack: LocalStack, peer_id: str, record: Path, tmp: Path,
                  dedup_dir: Path, *, block: int = -1, limit: int = 10_000,
                  linger_ms: int = 20, ack_batch: int = 500) -> None:
-        self.err = tmp / f"{peer_id}-{id(self)}.err"
-        env = dict(os.environ)
-        secret = load_cluster_file(stack.state_dir / CONFIG_NAME).secret
-        if secret:
-            env["TIDEMARK_PEER_TOKEN"] = issue_token(secret, stack.settings().environment,
-                                                     peer_id)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", PEER_SCRIPT, str(stack.state_dir), peer_id, str(record),
-             str(block), str(limit), str(linger_ms), str(ack_batch), str(dedup_dir)],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err.open("w"), text=True)
+        super().__init__(stack, peer_id, PEER_SCRIPT,
+                         [str(record), str(block), str(limit), str(linger_ms), str(ack_batch),
+                          str(dedup_dir)], tmp)
 
-    def command(self, cmd: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-
-    def line(self) -> str:
-        assert self.proc.stdout is not None
-        out = self.proc.stdout.readline()
-        assert out, f"peer process exited: {self.errors()}"
-        return out.strip()
-
-    def ready(self) -> str:
-        out = self.line()
-        assert out.startswith("ready"), out
-        return out.split()[1]
-
-    def status(self) -> dict:
-        import json
-        self.command("status")
-        return dict(json.loads(self.line()))
-
-    def stop(self) -> None:
-        self.command("stop")
-        assert self.line() == "stopped"
-        self.proc.wait(30)
-
-    def sigkill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def errors(self) -> str:
-        return self.err.read_text()[-3000:] if self.err.exists() else ""
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-
-
-def handled(record: Path) -> list[tuple[str, str, str, int]]:
-    """``(kind, incarnation, message id, n)`` per line of the handler's record."""
-    if not record.exists():
-        return []
-    rows = []
-    for line in record.read_text().splitlines():
-        kind, inc, mid, n = line.split()
-        rows.append((kind, inc, mid, int(n)))
-    return rows
 
 
 def done_ids(record: Path) -> list[str]:
