@@ -7,34 +7,21 @@ import logging
 import threading
 import time
 
-from gossip.cluster_config import ConfigLog, Epoch, append_epoch
-from gossip.node_state import NodeState
+from gossip.cluster_config import append_epoch
 from log.offsets import end_offsets
-from log.settings import Settings
-from replica.config import ClusterFile
 from replica.exceptions import ReplicaError
-from replica.ingest import TOPICS, Ingestor
+from replica.ingest import TOPICS
 from replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
-from replica.store import Store
+from replica.node_parts import NodeParts
 
 __all__ = ["NodeConfigSteps"]
 
 log = logging.getLogger("replica.node")
 
 
-class NodeConfigSteps:
+class NodeConfigSteps(NodeParts):
     """Mixin of :class:`replica.node.Node`: its config-change steps."""
 
-    node_id: str
-    cf: ClusterFile
-    settings: Settings
-    lock: threading.RLock
-    states: dict[str, NodeState]
-    last_seen: dict[str, float]
-    epoch: Epoch
-    store: Store
-    config: ConfigLog
-    ingest: Ingestor
     ust: dict[str, int]
     period: float
     promoting_since: float | None

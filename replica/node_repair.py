@@ -5,37 +5,22 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 
-from gossip.cluster_config import ConfigLog, Epoch, Partition
+from gossip.cluster_config import Partition
 from gossip.missing import unrecoverable
-from gossip.node_state import NodeState
-from log.settings import Settings
 from replica.backfill import Backfiller
-from replica.config import ClusterFile
-from replica.ingest import Ingestor
 from replica.metrics import NodeMetrics
-from replica.store import Store
+from replica.node_parts import NodeParts
 
 __all__ = ["NodeRepair"]
 
 log = logging.getLogger("replica.node")
 
 
-class NodeRepair:
+class NodeRepair(NodeParts):
     """Mixin of :class:`replica.node.Node`: gap repair."""
 
-    node_id: str
-    cf: ClusterFile
-    settings: Settings
-    lock: threading.RLock
-    states: dict[str, NodeState]
-    last_seen: dict[str, float]
-    epoch: Epoch
-    store: Store
-    config: ConfigLog
-    ingest: Ingestor
     backfiller: Backfiller
     metrics: NodeMetrics
 
