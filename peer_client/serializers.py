@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from log.codec import MARKER, schema_fingerprint
+from log.fast_decoder import compile_flat_reader
 from peer_client.avro_fast import compile_object_encoder
 from peer_client.exceptions import MessageTypeError, PayloadError
 
@@ -163,6 +164,8 @@ class AvroSerializer:
         self._writers: dict[bytes, Any] = {self.fingerprint: self._parsed}
         self._build = _object_builder(cls)
         self._fast = compile_object_encoder(self._parsed, self._header)
+        # a generated reader for a flat schema (~3x faster than fastavro's generic one)
+        self._fast_read = compile_flat_reader(self._parsed)
         self.encode = self._encode_fast if self._fast else self._encode_generic  # type: ignore[method-assign]
 
     def _encode_fast(self, obj: Any) -> bytes:
@@ -190,6 +193,18 @@ class AvroSerializer:
 
     def decode(self, data: bytes) -> Any:
         """The object a payload holds; :class:`PayloadError` on anything malformed."""
+        fast = self._fast_read
+        if fast is not None and data[:_HEADER] == self._header:
+            try:
+                record: Any = fast(data)
+            except (IndexError, UnicodeDecodeError, ValueError):
+                record = None  # damaged: the generic reader says why
+            if record is not None:
+                try:
+                    return self._build(record)
+                except (TypeError, ValueError) as exc:
+                    raise PayloadError(f"payload does not fit {self.cls.__qualname__}:"
+                                       f" {exc}") from None
         if len(data) < _HEADER or data[:2] != MARKER:
             raise PayloadError("payload is not Avro single-object encoded")
         writer = self._writers.get(bytes(data[2:_HEADER]))

@@ -1,0 +1,115 @@
+"""The generated flat readers decode exactly what fastavro decodes (or fail the same way):
+QueueEntry values of the replay (``log.fast_decoder.RecordReader``) and the payloads of flat
+dataclasses (``AvroSerializer.decode``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from log.codec import default_codec
+from log.exceptions import CodecError
+from log.fast_decoder import RecordReader, compile_flat_reader
+from peer_client.exceptions import PayloadError
+from peer_client.serializers import AvroSerializer
+from spark_streaming.records import RecordReader as JobRecordReader
+
+C = default_codec()
+READER = RecordReader(C, ("QueueEntry",))
+text = st.text(max_size=40)
+long = st.integers(-(1 << 63), (1 << 63) - 1)
+int32 = st.integers(-(1 << 31), (1 << 31) - 1)
+entries = st.fixed_dictionaries({
+    "peer": text, "message_id": text, "sender": text, "message_type": text,
+    "payload": st.binary(max_size=300), "timestamp_ms": long, "txlog_partition": int32,
+    "txlog_offset": long, "delivery_count": int32})
+
+
+def _view(decode: object, value: bytes) -> object:
+    try:
+        d = decode(value)  # type: ignore[operator]
+        return d.name, d.record
+    except CodecError as exc:
+        return type(exc)
+
+
+def _damaged(value: bytes, data: st.DataObject) -> list[bytes]:
+    cut = data.draw(st.integers(0, len(value)))
+    flip = data.draw(st.integers(0, len(value) - 1))
+    bad = bytearray(value)
+    bad[flip] ^= data.draw(st.integers(1, 255))
+    return [value[:cut], bytes(bad), value + b"\x00"]
+
+
+def test_the_job_keeps_its_import_path() -> None:
+    assert JobRecordReader is RecordReader
+
+
+def test_the_queue_entry_reader_is_generated() -> None:
+    assert compile_flat_reader(C._named["QueueEntry"]) is not None
+    value = C.encode("QueueEntry", {"peer": "p", "message_id": "m", "sender": "s",
+                                    "message_type": "t", "payload": b"x", "timestamp_ms": 1,
+                                    "txlog_partition": 2, "txlog_offset": 300})
+    assert READER.read(value) == C.decode(value).record
+    assert READER.read(value[:-1]) is None and READER.read(None) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(entries, st.data())
+def test_queue_entry_reader_matches_the_codec(record: dict, data: st.DataObject) -> None:
+    value = C.encode("QueueEntry", record)
+    assert _view(READER.decode, value) == _view(C.decode, value) == ("QueueEntry", record)
+    for bad in _damaged(value, data):
+        assert _view(READER.decode, bad) == _view(C.decode, bad)
+
+
+@dataclass
+class Flat:
+    name: str
+    blob: bytes
+    n: int
+    ok: bool
+    note: str | None = None
+    count: int | None = None
+
+
+FLAT = AvroSerializer(Flat, "unit.Flat")
+flats = st.builds(Flat, text, st.binary(max_size=100), long, st.booleans(),
+                  st.one_of(st.none(), text), st.one_of(st.none(), long))
+
+
+def _payload_view(decode: object, data: bytes) -> object:
+    try:
+        return decode(data)  # type: ignore[operator]
+    except PayloadError:
+        return PayloadError
+
+
+def _generic(data: bytes) -> object:
+    """The decoder without the generated reader (fastavro's generic one)."""
+    fast, FLAT._fast_read = FLAT._fast_read, None
+    try:
+        return FLAT.decode(data)
+    finally:
+        FLAT._fast_read = fast
+
+
+def test_a_flat_dataclass_gets_a_generated_payload_reader() -> None:
+    assert FLAT._fast_read is not None
+
+    @dataclass
+    class Nested:
+        inner: Flat
+
+    assert AvroSerializer(Nested, "unit.Nested")._fast_read is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(flats, st.data())
+def test_payload_reader_matches_fastavro(obj: Flat, data: st.DataObject) -> None:
+    payload = FLAT.encode(obj)
+    assert FLAT.decode(payload) == _generic(payload) == obj
+    for bad in _damaged(payload, data):
+        assert _payload_view(FLAT.decode, bad) == _payload_view(_generic, bad)
