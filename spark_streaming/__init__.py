@@ -9,6 +9,7 @@ over PySpark's state socket in :mod:`spark_streaming.pyspark_state`; the streami
 """
 
 from spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
+from spark_streaming.queue_expiry import plan_expiry
 from spark_streaming.queue_state import (
     DEFAULT_ACK_TTL_MS,
     DEFAULT_DEDUP_WINDOW_MS,
@@ -21,7 +22,6 @@ from spark_streaming.queue_state import (
     Ttl,
     is_progress_key,
     plan_events,
-    plan_expiry,
     progress_key,
     queue_key,
     split_queue_key,

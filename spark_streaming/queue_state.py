@@ -30,10 +30,11 @@ early ack (for ``ack_ttl_ms``, class :data:`EARLY`), so a duplicate Send of a de
 of the peer applied so far, and a memory expires once ``clock >= until``. Expiry therefore
 depends only on the records, never on wall-clock time or batch boundaries, so a restarted
 job converges to the same queues. Every read checks ``until`` against the clock (an expired
-memory is as good as absent); entries are *physically* removed by :func:`plan_expiry`, which
-pops FIFO chunks once their last id expired (within one FIFO, ``until`` never decreases,
-because the clock never does). A remembered id whose memory was extended sits in a later
-chunk too; popping the earlier chunk leaves it alone.
+memory is as good as absent); entries are *physically* removed by ``plan_expiry``
+(:mod:`spark_streaming.queue_expiry`), which pops FIFO chunks once their last id expired
+(within one FIFO, ``until`` never decreases, because the clock never does). A remembered id
+whose memory was extended sits in a later chunk too; popping the earlier chunk leaves it
+alone.
 
 The functions here only decide: :func:`plan_events` returns the net changes of a batch (one
 :class:`Change` per message whose presence in the queue differs between the start and the
@@ -52,7 +53,7 @@ __all__ = ["SEND", "ACK", "PURGE", "FAIL", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS
            "DEFAULT_DEDUP_WINDOW_MS", "DEFAULT_DELIVERY_LIMIT", "Letter", "MAX_ID_BYTES",
            "CHUNK_IDS", "CHUNK_BYTES", "GC_CHUNKS",
            "Event", "Change", "Ttl", "Entry", "Fifo", "PeerMeta", "Chunk", "PeerPlan",
-           "ExpiryPlan", "plan_events", "expiry_chunks", "expiry_reads", "plan_expiry",
+           "plan_events",
            "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
 
 SEND, ACK, PURGE, FAIL = "Send", "Ack", "Purge", "DeliveryFailed"
@@ -218,15 +219,6 @@ class PeerPlan:
     meta: PeerMeta = PeerMeta()
 
 
-@dataclass
-class ExpiryPlan:
-    """What expiry removes: entries, chunks, and the meta afterwards."""
-
-    deletes: list[str]
-    chunk_deletes: list[tuple[int, int]]
-    meta: PeerMeta
-
-
 def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
                 events: Iterable[Event], ttl: Ttl) -> PeerPlan:
     """Decide one peer's batch: ``events`` in txlog offset order, against the state.
@@ -340,64 +332,3 @@ def _chunked(items: list[tuple[str, int]]) -> Iterable[Chunk]:
         until = mid_until
     if ids:
         yield Chunk(until, tuple(ids))
-
-
-def _read_range(meta: PeerMeta, cls: int) -> range:
-    """Sequence numbers of FIFO ``cls`` to read for expiry (empty unless its head is due)."""
-    fifo = meta.fifos[cls]
-    if fifo.empty or fifo.head_until > meta.clock:
-        return range(0)
-    return range(fifo.head, min(fifo.tail, fifo.head + GC_CHUNKS))
-
-
-def expiry_chunks(meta: PeerMeta) -> list[tuple[int, int]]:
-    """``(class, seq)`` of the chunks to read for expiry: up to :data:`GC_CHUNKS` from the
-    head of each FIFO whose head chunk is due (or of unknown expiry)."""
-    return [(cls, seq) for cls in (DEDUP, EARLY) for seq in _read_range(meta, cls)]
-
-
-def _due(meta: PeerMeta, chunks: Mapping[tuple[int, int], Chunk | None]
-         ) -> list[tuple[int, int, Chunk | None]]:
-    """The leading run of due chunks of each FIFO, in order (a missing chunk counts as due)."""
-    out = []
-    for cls in (DEDUP, EARLY):
-        for seq in _read_range(meta, cls):
-            chunk = chunks.get((cls, seq))
-            if chunk is not None and chunk.until > meta.clock:
-                break
-            out.append((cls, seq, chunk))
-    return out
-
-
-def expiry_reads(meta: PeerMeta, chunks: Mapping[tuple[int, int], Chunk | None]) -> list[str]:
-    """Message ids whose entries :func:`plan_expiry` needs (the ids of due chunks)."""
-    return sorted({m for _, _, chunk in _due(meta, chunks) if chunk for m in chunk.ids})
-
-
-def plan_expiry(meta: PeerMeta, chunks: Mapping[tuple[int, int], Chunk | None],
-                entries: Mapping[str, Entry | None]) -> ExpiryPlan:
-    """Pop the due chunks: delete their ids' entries that are still remembered and expired.
-
-    ``chunks`` are the chunks of :func:`expiry_chunks` as read, ``entries`` the current entries
-    of :func:`expiry_reads` (after this batch's writes).
-    """
-    due = _due(meta, chunks)
-    deletes: set[str] = set()
-    heads = [f.head for f in meta.fifos]
-    for cls, seq, chunk in due:
-        for mid in chunk.ids if chunk else ():
-            entry = entries.get(mid)
-            if entry is not None and not entry.queued and entry.until <= meta.clock:
-                deletes.add(mid)
-        heads[cls] = seq + 1
-    fifos = list(meta.fifos)
-    for cls, fifo in enumerate(meta.fifos):
-        if not _read_range(meta, cls):
-            continue
-        if heads[cls] >= fifo.tail:
-            fifos[cls] = Fifo(fifo.tail, fifo.tail, 0)
-        else:  # the next chunk's expiry if it was read (it was not due), else unknown
-            nxt = chunks.get((cls, heads[cls]))
-            fifos[cls] = Fifo(heads[cls], fifo.tail, nxt.until if nxt else 0)
-    return ExpiryPlan(sorted(deletes), [(c, s) for c, s, _ in due],
-                      replace(meta, fifos=(fifos[0], fifos[1])))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from log.codec import Codec, default_codec
 from log.exceptions import CodecError
+from spark_streaming.queue_expiry import expiry_chunks, expiry_reads, plan_expiry
 from spark_streaming.queue_state import (
     ACK,
     FAIL,
@@ -38,10 +39,7 @@ from spark_streaming.queue_state import (
     Event,
     PeerMeta,
     Ttl,
-    expiry_chunks,
-    expiry_reads,
     plan_events,
-    plan_expiry,
     queue_key,
 )
 from spark_streaming.records import RecordReader
