@@ -20,7 +20,7 @@ import logging
 import queue
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import grpc
@@ -165,6 +165,11 @@ class ReplayStream:
         if not self._closed.is_set():
             self._out.put(json.dumps(dict(doc)).encode())
 
+    @property
+    def ack_every(self) -> int:
+        """Acks are sent once this many are pending (a consumer may process in such chunks)."""
+        return self._flush_every
+
     def ack(self, n: int = 1) -> None:
         """``n`` more entries were processed."""
         with self._lock:
@@ -226,6 +231,31 @@ class ReplayStream:
         :class:`~gossip.exceptions.QueuesBehindError` if the queues do not reach the barrier
         in time, :class:`~gossip.exceptions.ReplayInterruptedError` if the replica goes
         away (retry elsewhere with ``after_offset=stream.last_offset`` and dedup)."""
+        frames = self._frames()
+        try:
+            for rows in frames:
+                for row in rows:
+                    self.received += 1
+                    self.last_offset = row[0]
+                    yield ReplayEntry._make(row)
+        finally:
+            frames.close()
+
+    def entry_batches(self) -> Iterator[list[tuple[int, bytes]]]:
+        """Like :meth:`entries`, one list of ``(txlog offset, value)`` per batch the replica
+        sent (``received`` and ``last_offset`` move by whole batches); same errors."""
+        frames = self._frames()
+        try:
+            for rows in frames:
+                if rows:
+                    self.received += len(rows)
+                    self.last_offset = rows[-1][0]
+                    yield rows
+        finally:
+            frames.close()
+
+    def _frames(self) -> Generator[list[tuple[int, bytes]], None, None]:
+        """The rows of each ENTRIES message until COMPLETE (acks flushed before each wait)."""
         try:
             while True:
                 self.flush()
@@ -240,10 +270,7 @@ class ReplayStream:
                     self.max_unacked = max(self.max_unacked, unacked)
                     self.max_unacked_at_batch_start = max(self.max_unacked_at_batch_start,
                                                           at_start)
-                    for row in rows:
-                        self.received += 1
-                        self.last_offset = row[0]
-                        yield ReplayEntry._make(row)
+                    yield rows
                 elif tag == COMPLETE:
                     self.complete = json.loads(msg[1:])
                     break  # the replica keeps the stream open until we close our side

@@ -78,7 +78,8 @@ class PeerCore(Sending):
         self._ack_lock = threading.Lock()
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
                            self._record_failure, self._ack, self.stats,
-                           options.inbox_limit if options.inbox_limit else None)
+                           options.inbox_limit if options.inbox_limit else None,
+                           getattr(executor, "submit_many", None))
         self.outbox = Outbox(peer_id, self.incarnation, environment, log_port, direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
                              max_message_bytes, self.stats, self._endpoint_of)
@@ -152,6 +153,13 @@ class PeerCore(Sending):
         """A message from replay (deduplicated against live ones by message id)."""
         env.replay = True
         self.inbox.accept(env)
+
+    def deliver_replayed_batch(self, envs: list[Envelope]) -> None:
+        """Messages from replay, in order: as :meth:`deliver_replayed` each, decided under
+        one lock and run per sender without a thread handoff per message."""
+        for env in envs:
+            env.replay = True
+        self.inbox.accept_many(envs)
 
     def end_replay(self, handover: bool = False) -> None:
         """Replay finished: dispatch held-back live messages (to HANDOVER or NORMAL)."""

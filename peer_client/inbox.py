@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,13 +144,15 @@ class Inbox:
                  dedup: DedupWindow, submit: Callable[[str, Job], None],
                  on_failure: Callable[[Envelope, str, str], None],
                  on_success: Callable[[Envelope], None], stats: dict[str, int],
-                 limit: int | None = None) -> None:
+                 limit: int | None = None,
+                 submit_many: Callable[[str, Sequence[Job]], None] | None = None) -> None:
         self.peer_id, self.environment = peer_id, environment
         self.handlers, self.dedup = handlers, dedup
         self.phase = Phase.CREATED
         self.held: list[Envelope] = []
         self.stats = stats
         self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
+        self._submit_many = submit_many  # None: accept_many accepts one by one
         self._lock = threading.Lock()
         self._admitted = threading.Condition(self._lock)
         self._admitting = 0  # decided to RUN, not yet submitted
@@ -159,35 +161,51 @@ class Inbox:
         self.completed: CompletedIds | None = None
         self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
+    def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
+        """Decide under the lock and count; None when the message is held or dropped for
+        good, else a FAIL, a RUN or a DROP ``completed`` (to be acked) to act on."""
+        d = decide(env, phase, self.environment, self.dedup, self.handlers, self.completed)
+        if d.action == HOLD:
+            self.held.append(env)
+            self.stats["held_back"] += 1
+            return None
+        if d.action == DROP:
+            if d.kind == "stopping":
+                self.stats["refused_stopping"] += 1
+                return None
+            if d.kind != "completed":
+                self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
+                if d.kind != "duplicate":
+                    log.warning("%s", d.reason)
+                return None
+            self.stats["completed_before"] += 1
+        if d.action == FAIL:
+            self.stats[d.kind] += 1
+            self.dedup.forget(env.message_id)
+        else:
+            self._admitting += 1  # to run, or (completed before) to ack
+        return d
+
+    def _report(self, env: Envelope, d: Decision) -> None:
+        log.warning("peer %s: %s (message %s from %s) - not acked, reported",
+                    self.peer_id, d.reason, env.message_id, env.sender)
+        self._on_failure(env, d.reason, d.kind)
+
+    def _admitted_done(self, n: int) -> None:
+        with self._lock:
+            self._admitting -= n
+            if not self._admitting:
+                self._admitted.notify_all()
+
     def accept(self, env: Envelope, phase: Phase | None = None) -> None:
         """Take one arriving message (blocks while ``limit`` messages are unfinished);
         ``phase`` overrides the inbox's phase (for held-back messages being released)."""
         with self._lock:
-            d = decide(env, phase or self.phase, self.environment, self.dedup, self.handlers,
-                       self.completed)
-            if d.action == HOLD:
-                self.held.append(env)
-                self.stats["held_back"] += 1
-                return
-            if d.action == DROP:
-                if d.kind == "stopping":
-                    self.stats["refused_stopping"] += 1
-                    return
-                if d.kind != "completed":
-                    self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
-                    if d.kind != "duplicate":
-                        log.warning("%s", d.reason)
-                    return
-                self.stats["completed_before"] += 1
-            if d.action == FAIL:
-                self.stats[d.kind] += 1
-                self.dedup.forget(env.message_id)
-            else:
-                self._admitting += 1  # to run, or (completed before) to ack
+            d = self._apply(env, phase or self.phase)
+        if d is None:
+            return
         if d.action == FAIL:
-            log.warning("peer %s: %s (message %s from %s) - not acked, reported",
-                        self.peer_id, d.reason, env.message_id, env.sender)
-            self._on_failure(env, d.reason, d.kind)
+            self._report(env, d)
             return
         try:
             if d.action == DROP:  # completed by an earlier incarnation: acked, not run again
@@ -198,10 +216,51 @@ class Inbox:
             assert d.handler is not None
             self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish))
         finally:
-            with self._lock:
-                self._admitting -= 1
-                if not self._admitting:
-                    self._admitted.notify_all()
+            self._admitted_done(1)
+
+    def accept_many(self, envs: Sequence[Envelope]) -> None:
+        """:meth:`accept` each message of ``envs`` in order, with the same decisions, but
+        decided under one lock and each sender's jobs submitted as one run (one worker runs
+        them in order, without a thread handoff each). Blocks like :meth:`accept` while
+        ``limit`` messages are unfinished: what was gathered is submitted first."""
+        submit_many = self._submit_many
+        if submit_many is None:
+            for env in envs:
+                self.accept(env)
+            return
+        with self._lock:
+            phase = self.phase
+            todo = [(env, d) for env in envs if (d := self._apply(env, phase)) is not None]
+        admitted = sum(1 for _, d in todo if d.action != FAIL)
+        runs: dict[str, list[Job]] = {}
+        slots, peer_id, finish = self._slots, self.peer_id, self._finish
+        try:
+            for env, d in todo:
+                if d.action == FAIL:
+                    self._report(env, d)
+                elif d.action == DROP:  # completed by an earlier incarnation: acked only
+                    self._on_success(env)
+                else:
+                    if slots is not None and not slots.acquire(blocking=False):
+                        self._submit_runs(runs)  # they must run to free a slot
+                        slots.acquire()
+                    assert d.handler is not None
+                    job = Job(env, d.handler, d.message, peer_id, finish)
+                    run = runs.get(env.sender)
+                    if run is None:
+                        runs[env.sender] = [job]
+                    else:
+                        run.append(job)
+            self._submit_runs(runs)
+        finally:
+            if admitted:
+                self._admitted_done(admitted)
+
+    def _submit_runs(self, runs: dict[str, list[Job]]) -> None:
+        assert self._submit_many is not None
+        for sender, jobs in runs.items():
+            self._submit_many(sender, jobs)
+        runs.clear()
 
     def stop_admitting(self, phase: Phase, timeout: float) -> bool:
         """Move to ``phase`` (one of :data:`STOPPED_PHASES`) and wait until every message

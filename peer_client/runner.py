@@ -7,6 +7,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -65,6 +66,20 @@ class ThreadExecutor:
             start = self._lanes.push(key, job)
         if start:
             self._start(key, job)
+
+    def submit_many(self, key: str, jobs: Sequence[Any]) -> None:
+        """Queue ``jobs`` in order behind the running job of ``key``, under one lock: one
+        worker runs the whole run without a thread handoff per job."""
+        if not jobs:
+            return
+        with self._lock:
+            self._active += len(jobs)
+            push = self._lanes.push
+            start = push(key, jobs[0])
+            for job in jobs[1:]:
+                push(key, job)  # the lane is busy now: queued
+        if start:
+            self._start(key, jobs[0])
 
     def _start(self, key: str, job: Any) -> None:
         if job.is_async:

@@ -213,3 +213,47 @@ def test_unknown_method_stays_unary_compatible(replica: Replica) -> None:
     with pytest.raises(grpc.RpcError):
         client.call(replica.address, "Nope", b"")
     client.close()
+
+
+def test_entry_batches_stream_the_same_entries_acked_by_chunk(replica: Replica) -> None:
+    for i in range(1_000):
+        replica.put(PEER, f"m{i}", 2 * i)
+    replica.set_progress(10_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", batch=300, window=40)
+    assert stream.ack_every == 20
+    got: list[int] = []
+    sizes = []
+    for rows in stream.entry_batches():
+        sizes.append(len(rows))
+        assert stream.last_offset == rows[-1][0] and stream.received == len(got) + len(rows)
+        for i in range(0, len(rows), stream.ack_every):
+            chunk = rows[i:i + stream.ack_every]
+            got.extend(off for off, _ in chunk)
+            assert all(CODEC.decode(v).record["txlog_offset"] == off for off, v in chunk)
+            stream.ack(len(chunk))
+    assert got == [2 * i for i in range(1_000)] and sizes == [300, 300, 300, 100]
+    assert stream.complete and stream.acked == 1_000
+    assert stream.max_unacked_at_batch_start <= 40
+    stream.close()
+    client.close()
+
+
+def test_entry_batches_raise_interrupted_with_the_last_offset(tmp_path: Path) -> None:
+    replica = Replica(tmp_path / "s", barrier=1_000)
+    for i in range(100):
+        replica.put(PEER, f"m{i}", i)
+    replica.set_progress(1_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", batch=20, window=0)
+    seen: list[int] = []
+    with pytest.raises(ReplayInterruptedError) as err:
+        for rows in stream.entry_batches():
+            seen.extend(off for off, _ in rows)
+            stream.ack(len(rows))
+            if len(seen) >= 30:
+                replica.server.stop(0)
+    assert err.value.last_offset == seen[-1] == stream.last_offset and 30 <= len(seen) < 100
+    stream.close(release=False)
+    client.close()
+    replica.close()

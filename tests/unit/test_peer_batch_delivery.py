@@ -1,0 +1,229 @@
+"""Batched delivery of replayed messages (``PeerCore.deliver_replayed_batch`` ->
+``Inbox.accept_many`` -> ``ThreadExecutor.submit_many``) behaves exactly like delivering them
+one by one: same handler runs in per-sender order, same dedup, same stats, acks and failure
+reports; the inbox ``limit`` still bounds unfinished messages; held-back and stopping
+decisions are the same."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from log.codec import default_codec
+from peer_client import MessageContext, message
+from peer_client.context import Phase
+from peer_client.core import PeerCore
+from peer_client.dedup import DedupWindow
+from peer_client.handlers import HandlerRegistry
+from peer_client.inbox import Inbox, Job
+from peer_client.messages import message_type_of
+from peer_client.options import PeerOptions
+from peer_client.records import Envelope
+from peer_client.runner import ThreadExecutor
+
+CODEC = default_codec()
+
+
+@message("unit.BatchItem")
+@dataclass
+class BatchItem:
+    n: int
+    fail: bool = False
+
+
+ENCODE = message_type_of(BatchItem).serializer.encode
+
+
+class Log:
+    """An in-memory txlog port (and the other ports, unused)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.records: list[tuple[str, dict[str, Any]]] = []
+
+    def append(self, key: str, value: bytes, on_delivery: Any = None) -> None:
+        d = CODEC.decode(value)
+        with self.lock:
+            self.records.append((d.name, d.record))
+
+    def flush(self, timeout: float) -> None: ...
+    def serve(self) -> None: ...
+    def deliver(self, endpoint: str, batch: bytes, done: Any) -> None: ...
+    def publish(self, peer_id: str, desc: Any, on_delivery: Any = None) -> None: ...
+
+    def ids(self, name: str) -> list[str]:
+        with self.lock:
+            return sorted(r["message_id"] for n, r in self.records if n == name)
+
+
+def _core(limit: int, workers: int = 4,
+          slow: Any = None) -> tuple[PeerCore, Log, dict[str, list[int]]]:
+    port = Log()
+    opts = PeerOptions(workers=workers, inbox_limit=limit)
+    core = PeerCore("B", "test", opts, log_port=port, direct=port, directory_port=port,
+                    stability=None, executor=ThreadExecutor(workers, name="B"),
+                    max_message_bytes=1 << 20)
+    handled: dict[str, list[int]] = defaultdict(list)
+
+    def handle(msg: BatchItem, ctx: MessageContext) -> None:
+        handled[ctx.sender].append(msg.n)  # one job of a sender at a time: no race
+        if msg.fail:
+            raise ValueError(f"item {msg.n} fails")
+    core.handler(BatchItem)(slow or handle)
+    core.set_phase(Phase.REPLAY)
+    return core, port, handled
+
+
+# (sender, id number, kind): kind ok, fail (handler raises), unknown (type), malformed
+kinds = st.sampled_from(["ok", "ok", "ok", "fail", "unknown", "malformed"])
+messages = st.lists(st.tuples(st.sampled_from("ABC"), st.integers(0, 30), kinds), max_size=60)
+
+
+def _envelopes(spec: list[tuple[str, int, str]]) -> list[Envelope]:
+    out = []
+    for i, (sender, n, kind) in enumerate(spec):
+        mid = f"m{n}" if kind == "ok" else f"{kind}{i}"  # failures never repeat: no timing
+        mtype, payload = "unit.BatchItem", ENCODE(BatchItem(n if kind == "ok" else -i,
+                                                            kind == "fail"))
+        if kind == "unknown":
+            mtype = "unit.Nope"
+        elif kind == "malformed":
+            payload = b"\xc3\x01garbage"
+        out.append(Envelope(mid, sender, mtype, payload, 1, True, "test", 0, False, 0, i))
+    return out
+
+
+def _run(spec: list[tuple[str, int, str]], batched: bool, chunk: int,
+         limit: int) -> tuple[Any, ...]:
+    core, port, handled = _core(limit)
+    envs = _envelopes(spec)
+    if batched:
+        for i in range(0, len(envs), chunk):
+            core.deliver_replayed_batch(envs[i:i + chunk])
+    else:
+        for env in envs:
+            core.deliver_replayed(env)
+    assert core.executor.drain(10)
+    core.flush_acks()
+    core.executor.close()
+    stats = {k: v for k, v in core.stats.items() if k != "acks"}
+    return dict(handled), stats, port.ids("Ack"), port.ids("DeliveryFailed")
+
+
+def _model(spec: list[tuple[str, int, str]]) -> dict[str, list[int]]:
+    seen: set[str] = set()
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, (sender, n, kind) in enumerate(spec):
+        if kind == "ok" and f"m{n}" not in seen:
+            seen.add(f"m{n}")
+            out[sender].append(n)
+        elif kind == "fail":
+            out[sender].append(-i)
+    return dict(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages, st.integers(1, 25), st.sampled_from([1, 3, 1000]))
+def test_batched_delivery_equals_one_by_one(spec: list[tuple[str, int, str]], chunk: int,
+                                            limit: int) -> None:
+    one = _run(spec, False, chunk, limit)
+    many = _run(spec, True, chunk, limit)
+    assert many == one
+    assert many[0] == _model(spec)
+    oks = {f"m{n}" for _, n, kind in spec if kind == "ok"}
+    assert many[2] == sorted(oks)  # every handled message acked once, failures never
+    assert len(many[3]) == sum(1 for *_, kind in spec if kind != "ok")
+
+
+def test_the_inbox_limit_bounds_unfinished_messages_of_a_batch() -> None:
+    release = threading.Event()
+    running: list[int] = []
+    lock = threading.Lock()
+
+    def slow(msg: BatchItem, ctx: MessageContext) -> None:
+        with lock:
+            running.append(msg.n)
+        assert release.wait(10)
+    core, _, _ = _core(limit=3, workers=8, slow=slow)
+    envs = [Envelope(f"m{i}", f"S{i}", "unit.BatchItem", ENCODE(BatchItem(i)), 1, True,
+                     "test") for i in range(10)]
+    t = threading.Thread(target=core.deliver_replayed_batch, args=(envs,), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(running) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # waiting for a condition, with a deadline
+    t.join(0.3)
+    assert t.is_alive() and len(running) == 3  # blocked on the limit, 3 submitted and run
+    release.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert core.executor.drain(10) and sorted(running) == list(range(10))
+    core.executor.close()
+
+
+def _inbox(submit_many: Any) -> tuple[Inbox, list[tuple[str, Job]], dict[str, int]]:
+    jobs: list[tuple[str, Job]] = []
+    stats: dict[str, int] = defaultdict(int)
+    reg = HandlerRegistry()
+    reg.add(lambda msg: None, BatchItem)
+    inbox = Inbox("B", "test", reg, DedupWindow(100), lambda k, j: jobs.append((k, j)),
+                  lambda *a: None, lambda env: None, stats, None,
+                  submit_many and (lambda k, js: jobs.extend((k, j) for j in js)))
+    return inbox, jobs, stats
+
+
+def test_held_back_and_stopping_decisions_are_the_same_in_a_batch() -> None:
+    for submit_many in (None, True):
+        inbox, jobs, stats = _inbox(submit_many)
+        live = [Envelope(f"m{i}", "A", "unit.BatchItem", ENCODE(BatchItem(i)), 1, True, "test")
+                for i in range(5)]
+        inbox.phase = Phase.REPLAY
+        inbox.accept_many(live)
+        assert inbox.held == live and stats["held_back"] == 5 and not jobs
+        inbox.phase = Phase.STOPPING
+        inbox.accept_many([Envelope("x", "A", "unit.BatchItem", ENCODE(BatchItem(9)), 1,
+                                    True, "test", replay=True)])
+        assert stats["refused_stopping"] == 1 and not jobs and "x" not in inbox.dedup
+        assert inbox.stop_admitting(Phase.STOPPED, 1.0)
+        inbox.phase = Phase.NORMAL
+        inbox.accept_many(live + live)
+        assert [j.env.message_id for _, j in jobs] == [e.message_id for e in live]
+        assert stats["duplicates"] == 5
+
+
+def test_submit_many_keeps_per_key_order_with_one_at_a_time() -> None:
+    ex = ThreadExecutor(4)
+    seen: dict[str, list[int]] = defaultdict(list)
+    busy: set[str] = set()
+    overlap: list[str] = []
+
+    class J:
+        is_async = False
+
+        def __init__(self, key: str, n: int) -> None:
+            self.key, self.n = key, n
+
+        def run(self) -> None:
+            if self.key in busy:
+                overlap.append(self.key)
+            busy.add(self.key)
+            seen[self.key].append(self.n)
+            busy.discard(self.key)
+
+    for start in range(0, 300, 30):
+        for key in "XYZ":
+            ex.submit_many(key, [J(key, n) for n in range(start, start + 30)])
+            ex.submit(key, J(key, start + 1000))
+    assert ex.drain(10) and ex.active == 0
+    ex.submit_many("X", [])
+    for key in "XYZ":
+        assert seen[key] == [n for s in range(0, 300, 30)
+                             for n in (*range(s, s + 30), s + 1000)]
+    assert not overlap
+    ex.close()
