@@ -1,4 +1,4 @@
-"""``tidemark local up | status | down | kill``: the local stack on loopback."""
+"""``tidemark local up | status | down | kill | settle``: the local stack on loopback."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 from tidemark.exceptions import StackError
 from tidemark.options import env_flag, print_json, progress
 from tidemark.stack import LocalStack, replica_plan, spark_plan
+from tidemark.stack.settle import wait_quiet
 
 __all__ = ["register"]
 
@@ -68,6 +69,12 @@ def _local_kill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_settle(args: argparse.Namespace) -> int:
+    settled = wait_quiet(args.cores, args.timeout, progress=progress)
+    print(f"machine {settled.describe(args.cores)}")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``local``."""
     local = commands.add_parser("local",
@@ -92,5 +99,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     kill = sub.add_parser("kill", help="SIGKILL one process (broker-1, p0r1, spark)")
     kill.add_argument("name")
     kill.set_defaults(func=_local_kill)
-    for p in (up, status, down, kill):
+    settle = sub.add_parser("settle", help="wait until the machine is quiet (before a"
+                                           " measurement); prints how busy it was")
+    settle.add_argument("--cores", type=float, default=0.5,
+                        help="quiet means fewer cores busy than this (default 0.5)")
+    settle.add_argument("--timeout", type=float, default=120.0,
+                        help="give up after this many seconds (exit 0, says NOT quiet)")
+    settle.set_defaults(func=_local_settle)
+    for p in (up, status, down, kill, settle):
         env_flag(p, "--state-dir", "state_dir")
