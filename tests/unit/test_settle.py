@@ -1,0 +1,32 @@
+"""`tidemark local settle`: the quiet-machine wait before a measurement."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tidemark.stack.settle import busy_cores, wait_quiet
+
+
+def test_busy_cores_is_within_the_machine() -> None:
+    busy = busy_cores(0.2)
+    assert 0.0 <= busy <= (os.cpu_count() or 1) + 0.01
+
+
+def test_quiet_when_the_threshold_cannot_be_missed() -> None:
+    settled = wait_quiet(threshold=(os.cpu_count() or 1) + 1, timeout_s=5, window_s=0.1)
+    assert settled.quiet and settled.waited_s < 5
+
+
+def test_gives_up_at_the_timeout_and_says_so() -> None:
+    settled = wait_quiet(threshold=-1.0, timeout_s=0.5, window_s=0.1)
+    assert not settled.quiet and settled.waited_s >= 0.5
+    assert "NOT quiet" in settled.describe(-1.0)
+
+
+def test_cli_prints_one_line_and_exits_0() -> None:
+    out = subprocess.run([sys.executable, "-m", "tidemark", "local", "settle", "--cores", "-1",
+                          "--timeout", "0.1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("machine NOT quiet"), out.stdout
