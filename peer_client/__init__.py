@@ -23,6 +23,7 @@ from peer_client.exceptions import (
                                     WrongEnvironmentError,
 )
 from peer_client.messages import MessageType, message, message_type_of, register_message
+from peer_client.metrics import PeerCollector
 from peer_client.options import ALL, LOG, QUORUM, PeerOptions
 from peer_client.peer import Peer
 from peer_client.ports import Delivery
@@ -32,7 +33,7 @@ __all__ = [
     "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "Phase",
     "MessageType", "message", "message_type_of", "register_message",
     "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
-    "Serializer",
+    "Serializer", "PeerCollector",
     "PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
     "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
     "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",

@@ -42,6 +42,8 @@ class PeerOptions:
     start_timeout_s: float = 60.0       #: reading the directory, registering
     stop_timeout_s: float = 30.0        #: draining handlers and flushing acks at stop
     tick_ms: int = 10                   #: period of the housekeeping thread
+    #: serve Prometheus ``/metrics`` on ``host:port`` (port 0: a free one); None: off
+    metrics_bind: str | None = None
 
     def __post_init__(self) -> None:
         if self.flight_mode not in (BLOCK, RAISE):

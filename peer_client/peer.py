@@ -28,6 +28,7 @@ from peer_client.direct import DirectClient, DirectServer
 from peer_client.directory import PeerEntry
 from peer_client.exceptions import PeerStateError, PeerUnreachableError, WrongEnvironmentError
 from peer_client.kafka_io import DirectoryFollower, KafkaLog
+from peer_client.metrics import MetricsServer, PeerCollector
 from peer_client.options import PeerOptions
 from peer_client.ports import Delivery, StabilityPort
 from peer_client.runner import ThreadExecutor
@@ -83,6 +84,7 @@ class Peer:
         self._follower: DirectoryFollower | None = None
         self._stop = threading.Event()
         self._house: threading.Thread | None = None
+        self._metrics: MetricsServer | None = None
 
     # ---- identity --------------------------------------------------------------------------
     @property
@@ -109,6 +111,11 @@ class Peer:
     def phase(self) -> Phase:
         """Where the peer is in its life."""
         return self.core.phase
+
+    @property
+    def metrics_endpoint(self) -> str | None:
+        """Where ``/metrics`` is served (``PeerOptions.metrics_bind``), None when off."""
+        return self._metrics.endpoint if self._metrics is not None else None
 
     @property
     def stats(self) -> dict[str, int]:
@@ -151,6 +158,8 @@ class Peer:
             core.set_phase(Phase.STARTING)  # opens the persisted dedup store, if configured
             self._server = DirectServer(opts.bind, core.receive_bytes, status=self.status,
                                         environment=self.environment)
+            if opts.metrics_bind is not None:
+                self._metrics = MetricsServer(PeerCollector(self.status), opts.metrics_bind)
             core.endpoint = opts.advertise or self._server.endpoint
             self._follower = DirectoryFollower(self.settings, core.on_directory)
             self._follower.read_to_end(opts.start_timeout_s)
@@ -208,13 +217,14 @@ class Peer:
         for closer in (getattr(self.replayer, "close", None),
                        getattr(self._follower, "close", None),
                        getattr(self._server, "stop", None), self.direct.close,
+                       getattr(self._metrics, "close", None),
                        getattr(self.stability, "close", None), self.executor.close):
             if closer is not None:
                 try:
                     closer()
                 except Exception as exc:  # noqa: BLE001 - close the rest anyway
                     log.debug("closing: %s", exc)
-        self._follower, self._server = None, None
+        self._follower, self._server, self._metrics = None, None, None
 
     def _probe(self, endpoint: str) -> str | None:
         batch = self.core._encode("DirectBatch", {

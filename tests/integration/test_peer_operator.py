@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 from dataclasses import dataclass
 
 import pytest
@@ -24,6 +25,7 @@ from peer_client.direct import peer_status as ask_endpoint
 from peer_client.operator import list_peers, peer_status, purge_peer
 from peer_client.peer import Peer
 from peer_client.records import peer_codec
+from tests.support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +90,26 @@ def test_bench_send_reports_both_sides(fresh_settings: Settings) -> None:
     assert out["ratio"] == pytest.approx(out["peer_msgs_per_s"] / out["raw_msgs_per_s"], abs=2e-3)
     assert out["tracked_msgs_per_s"] > 0
     assert out["record_bytes"] > out["payload_bytes"]
+
+
+def test_metrics_endpoint_serves_the_peers_counters(fresh_settings: Settings) -> None:
+    got: list[int] = []
+    b = Peer("MB", "test", fresh_settings, PeerOptions(metrics_bind="127.0.0.1:0"))
+    b.handler(Job)(lambda msg: got.append(msg.n))
+    b.start()
+    try:
+        assert b.metrics_endpoint is not None
+        url = f"http://{b.metrics_endpoint}/metrics"
+        with Peer("MA", "test", fresh_settings) as a:
+            a.wait_for_peer("MB")
+            for i in range(3):
+                a.send("MB", Job(i))
+            wait_for(lambda: len(got) == 3, 60, what="3 messages handled by MB")
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'tidemark_peer_handled_total{peer="MB"} 3.0' in text
+        assert 'tidemark_peer_phase{peer="MB",tidemark_peer_phase="normal"} 1.0' in text
+        assert f'incarnation="{b.incarnation}"' in text
+    finally:
+        b.stop()
+    with pytest.raises(OSError):  # stopped: no longer served
+        urllib.request.urlopen(url, timeout=5)
