@@ -34,6 +34,7 @@ from typing import NamedTuple
 from gossip.exceptions import PeerAuthError, PeerForbiddenError
 from log import registry
 from log.exceptions import ConfigError
+from log.partitioner import partition_for_peer
 from log.settings import default_state_dir, read_toml
 
 __all__ = ["PeerClaims", "TOKEN_KEY", "peer_signing_key", "issue_token", "parse_token",
@@ -185,6 +186,20 @@ def check_owner(owner: str, what: str, new: bool = False) -> str:
         raise PeerForbiddenError(f"{what} refused: peer {caller.peer!r} may not act on the "
                                  f"pin of {owner or 'no peer'!r}")
     return caller.peer
+
+
+def check_pin_barrier(barrier: Mapping[str, int], partitions: int | None) -> None:
+    """A peer being served may pin only its own txlog partition (the one its queue is in):
+    raises :class:`PeerForbiddenError` for any other key of ``barrier``. Members and the
+    node's own work are unrestricted; so is everything when ``partitions`` is unknown."""
+    caller = serving_peer()
+    if caller is None or partitions is None:
+        return
+    own = f"txlog/{partition_for_peer(caller.peer, partitions)}"
+    others = sorted(tp for tp in barrier if tp != own)
+    if others:
+        raise PeerForbiddenError(f"Pin refused: peer {caller.peer!r} may pin only its own"
+                                 f" partition {own}, not {', '.join(others)}")
 
 
 def configured_token(env: Mapping[str, str] | None = None) -> str | None:

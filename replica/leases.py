@@ -12,9 +12,10 @@ per second per pin at most), so a restarted node may expire a pin up to that muc
 
 A pin belongs to its ``owner`` (the replaying peer). When a peer's call is being served
 (``gossip.peer_auth.serving_peer``: the gRPC layer authenticated its token), it may only
-grant pins owned by itself and renew or release its own; another peer's pin is refused with
-:class:`~gossip.exceptions.PeerForbiddenError`. The node's own work and cluster members
-are not restricted.
+grant pins owned by itself, on its own txlog partition only, and renew or release its own;
+another peer's pin or partition is refused with
+:class:`~gossip.exceptions.PeerForbiddenError`. The node's own work and cluster members are
+not restricted.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gossip.gc_point import clamp_pin
-from gossip.peer_auth import check_owner
+from gossip.peer_auth import check_owner, check_pin_barrier
 from replica.store import PIN_PREFIX, Store, pin_key
 
 __all__ = ["Lease", "Leases", "PERSIST_STEP_MS", "DEFAULT_LEASE_MS"]
@@ -94,8 +95,11 @@ class Leases:
     dict this replaces, which is what ``local_gc_cut`` and the gossiped state read.
     """
 
-    def __init__(self, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, clock: Callable[[], int] = _now_ms, partitions: int | None = None
+                 ) -> None:
         self._clock = clock
+        #: txlog partitions: a peer may pin only its own (None: not checked)
+        self.partitions = partitions
         self._lock = threading.Lock()
         self._leases: dict[str, Lease] = {}
         self._store: Store | None = None
@@ -143,8 +147,9 @@ class Leases:
               lease_ms: int | None = None, owner: str = "") -> Lease:
         """A new pin at ``barrier``, raised to the GC point (what GC released cannot be
         held), expiring ``lease_ms`` from now unless renewed. A peer being served may only
-        pin for itself (``owner`` defaults to it)."""
+        pin for itself (``owner`` defaults to it), and only its own txlog partition."""
         owner = check_owner(owner, "Pin", new=True)
+        check_pin_barrier(barrier, self.partitions)
         now, ms = self._clock(), clamp_lease(lease_ms)
         lease = Lease(uuid.uuid4().hex, clamp_pin(barrier, gc_point), ms, now + ms, owner, now)
         with self._lock:

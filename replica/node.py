@@ -74,7 +74,8 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
         self.ust_ms = 0
         self.ust_epoch = 0  # the config epoch the cut was computed in: the UST is (epoch, cut)
         self.gc_point: dict[str, int] = {}
-        self.pins = Leases()  # GC pins as leases, persisted once the store is open
+        # GC pins as leases, persisted once the store is open; a peer pins its own partition
+        self.pins = Leases(partitions=self.settings.partitions)
         self.tracker = HoldTracker()
         self.held: dict[str, Any] | None = None
         self.log_end: dict[str, int] = {}

@@ -26,12 +26,16 @@ from gossip.peer_auth import (
 )
 from gossip.replay import COMPLETE, ERROR_KEY, HEADER, request_peer
 from gossip.service import ReplicaClient, method_path, sign_request, start_server
+from log.partitioner import partition_for_peer
 from replica.config import load_cluster_file
 from replica.leases import Leases
 from tidemark.stack.processes import free_ports
 from tidemark.stack.replicas import write_cluster_file
 
 SECRET, ENV = "cluster-secret", "test"
+PARTITIONS = 12
+A_TP = f"txlog/{partition_for_peer('A', PARTITIONS)}"
+OTHER_TP = f"txlog/{(partition_for_peer('A', PARTITIONS) + 1) % PARTITIONS}"
 
 
 class Replica:
@@ -39,7 +43,7 @@ class Replica:
 
     def __init__(self) -> None:
         self.address = f"127.0.0.1:{free_ports(1)[0]}"
-        self.leases = Leases()
+        self.leases = Leases(partitions=PARTITIONS)
         self.replays: list[str] = []
 
         def pin(body: bytes) -> bytes:
@@ -135,10 +139,16 @@ def test_pins_belong_to_their_peer(replica: Replica) -> None:
     client, address = ReplicaClient(), replica.address
     try:
         a, b = token("A"), token("B")
-        pin = client.call_json(address, "Pin", {"barrier": {"txlog/0": 3}}, token=a)
+        pin = client.call_json(address, "Pin", {"barrier": {A_TP: 3}}, token=a)
         assert pin["owner"] == "A"  # a peer pins for itself
+        for barrier in ({OTHER_TP: 3}, {A_TP: 3, OTHER_TP: 3}):  # ... and its partition only
+            with pytest.raises(grpc.RpcError) as err:
+                client.call_json(address, "Pin", {"barrier": barrier}, token=a)
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert f"may pin only its own partition {A_TP}, not {OTHER_TP}" in \
+                (err.value.details() or "")
         for name, body in (("RenewPin", {"pin": pin["pin"]}), ("Unpin", {"pin": pin["pin"]}),
-                           ("Pin", {"barrier": {"txlog/0": 1}, "owner": "A"})):
+                           ("Pin", {"barrier": {A_TP: 1}, "owner": "A"})):
             with pytest.raises(grpc.RpcError) as err:
                 client.call_json(address, name, body, token=b)
             assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, name
