@@ -4,6 +4,7 @@ cut, the GC point and missing-data decisions (the pure parts are in ``interval_m
 ``stable_cut``, ``gc_point``, ``missing``, ``peer_auth``)."""
 
 from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch, fold, validate
+from gossip.durability import wait_replicated
 from gossip.exceptions import EpochError, GossipError, NodeUnreachableError
 from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
 from gossip.interval_map import IntervalMap, record_hash
@@ -26,4 +27,5 @@ __all__ = ["ConfigLog", "Epoch", "Partition", "append_epoch", "fold", "validate"
            "cut_holders", "stable_cut", "stable_cut_ms", "NodeUnreachableError", "IntervalMap",
            "record_hash", "NodeState", "PartitionRanges", "cut_entries", "cut_from_entries",
            "ReplicaClient", "fetch_status", "gossip_round", "pack_records", "start_server",
-           "unpack_records", "PeerClaims", "authorize_peer", "issue_token", "verify_token"]
+           "unpack_records", "PeerClaims", "authorize_peer", "issue_token", "verify_token",
+           "wait_replicated"]

@@ -14,8 +14,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["CLUSTER_METHODS", "PEER_METHODS", "MAX_SKEW_S", "register_cluster_secret",
-           "cluster_secret", "sign_request", "verify_request", "secret_key"]
+__all__ = ["CLUSTER_METHODS", "PEER_METHODS", "WAIT_METHODS", "MAX_SKEW_S",
+           "register_cluster_secret", "cluster_secret", "sign_request", "verify_request",
+           "secret_key"]
 
 #: Methods only members of the cluster may call: gossip, status and backfill. With a cluster
 #: secret configured, a node refuses them (UNAUTHENTICATED) unless the request carries an
@@ -25,9 +26,13 @@ CLUSTER_METHODS = frozenset({"Gossip", "Status", "Digest", "Fetch"})
 #: Methods acting on one peer's queue or pins. With a cluster secret and an environment, a
 #: node serves them only to a peer token of this environment (:mod:`gossip.peer_auth`)
 #: naming the peer concerned (``Replay``: the request's ``peer``; pins: their owner, checked
-#: in ``replica.leases``), or to a cluster member's signed call (unary ones). ``WaitApplied``
-#: and ``WaitStable`` read nothing of any queue and stay open.
+#: in ``replica.leases``), or to a cluster member's signed call (unary ones).
 PEER_METHODS = frozenset({"Replay", "Pin", "RenewPin", "Unpin"})
+#: The durability waits of peers (``quorum``/``all``). They read no queue, so any peer of the
+#: node's environment may call them: with a cluster secret and an environment, a node serves
+#: them to a peer token of that environment or to a member's signed call, and refuses
+#: another environment's token (PERMISSION_DENIED) or none (UNAUTHENTICATED).
+WAIT_METHODS = frozenset({"WaitApplied", "WaitStable"})
 MAX_SKEW_S = 60.0
 _TS_KEY, _MAC_KEY = "x-tidemark-ts", "x-tidemark-mac"
 _SECRETS: dict[str, bytes] = {}  # address -> secret of the cluster file that named it

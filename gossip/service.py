@@ -15,7 +15,7 @@ import random
 import struct
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any
 
@@ -24,6 +24,7 @@ import grpc
 from gossip.cluster_auth import (
     CLUSTER_METHODS,
     PEER_METHODS,
+    WAIT_METHODS,
     cluster_secret,
     register_cluster_secret,
     secret_key,
@@ -32,7 +33,6 @@ from gossip.cluster_auth import (
 )
 from gossip.cluster_config import Epoch
 from gossip.exceptions import (
-    DurabilityTimeoutError,
     GossipError,
     NodeUnreachableError,
     PeerAuthError,
@@ -53,14 +53,17 @@ from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, ERROR_KEY, ReplayStream
 from log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
-           "unpack_records", "gossip_round", "fetch_status", "wait_replicated",
+           "unpack_records", "gossip_round", "fetch_status",
            "MAX_MESSAGE_BYTES", "StreamHandler", "ReplayStream", "CLUSTER_METHODS",
-           "PEER_METHODS", "register_cluster_secret", "sign_request", "verify_request"]
+           "PEER_METHODS", "WAIT_METHODS", "register_cluster_secret", "sign_request",
+           "verify_request"]
 
 #: A streaming method: (request messages, context) -> response messages.
 StreamHandler = Callable[[Iterator[bytes], grpc.ServicerContext], Iterable[bytes]]
 
 log = logging.getLogger(__name__)
+#: Methods that take a peer token (``x-tidemark-token``) when the caller has one.
+_TOKEN_METHODS = PEER_METHODS | WAIT_METHODS
 SERVICE = "tidemark.Replica"
 MAX_MESSAGE_BYTES = 64 << 20
 _OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -97,7 +100,8 @@ class ReplicaClient:
     """A cache of gRPC channels by address, and raw-bytes unary calls to replica nodes.
     Calls to :data:`CLUSTER_METHODS` are signed with ``secret``, else with the secret
     registered for the address (:func:`register_cluster_secret`), if any. Calls to
-    :data:`PEER_METHODS` carry a peer token when given one, else are signed the same way.
+    :data:`PEER_METHODS` and :data:`WAIT_METHODS` carry a peer token when given one, else are
+    signed the same way.
     A replay's token (:meth:`peer_token`): the ``token`` argument, else the process's setting
     (``TIDEMARK_PEER_TOKEN`` / ``_FILE``), else, in a process holding the cluster secret
     (a member: it loaded the cluster file), one it issues for the peer itself, else one
@@ -120,9 +124,9 @@ class ReplicaClient:
              token: str | None = None) -> bytes:
         """Call method ``name`` on ``address``; raises ``grpc.RpcError`` on failure."""
         stub = self._channel(address).unary_unary(method_path(name))
-        if token and name in PEER_METHODS:
+        if token and name in _TOKEN_METHODS:
             return stub(body, timeout=timeout, metadata=((TOKEN_KEY, token),))
-        if name in CLUSTER_METHODS or name in PEER_METHODS:
+        if name in CLUSTER_METHODS or name in _TOKEN_METHODS:
             secret = self._secret or cluster_secret(address)
             if secret:
                 return stub(body, timeout=timeout, metadata=sign_request(secret, name, body))
@@ -262,10 +266,10 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     bidirectional-stream handler, e.g. ``Replay``) on ``address``. A stream holds one of
     the ``workers`` threads for as long as it runs. With ``secret``, calls to
     :data:`CLUSTER_METHODS` must be signed with it (:func:`sign_request`); with ``secret`` and
-    ``environment`` too, calls to :data:`PEER_METHODS` need a peer token of ``environment``
-    (or, unary ones, a member's signature); the handler runs as the token's peer
-    (:func:`gossip.peer_auth.serving_peer`), and a :class:`PeerAuthError` it raises ends
-    the call with that error's status."""
+    ``environment`` too, calls to :data:`PEER_METHODS` and :data:`WAIT_METHODS` need a peer
+    token of ``environment`` (or, unary ones, a member's signature); the handler runs as the
+    token's peer (:func:`gossip.peer_auth.serving_peer`), and a :class:`PeerAuthError` it
+    raises ends the call with that error's status."""
     peer_auth = bool(secret) and bool(environment)
 
     def authorize(name: str, request: bytes, context: grpc.ServicerContext) -> Any:
@@ -279,7 +283,7 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
 
     def wrap(fn: Callable[[bytes], bytes], name: str) -> grpc.RpcMethodHandler:
         guarded = bool(secret) and name in CLUSTER_METHODS
-        for_peers = peer_auth and name in PEER_METHODS
+        for_peers = peer_auth and name in _TOKEN_METHODS
 
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
             if guarded:
@@ -350,50 +354,3 @@ def fetch_status(addresses: Iterable[str], timeout: float = 5.0,
     finally:
         client.close()
     raise NodeUnreachableError("no replica node answered (" + "; ".join(errors) + ")")
-
-
-def wait_replicated(client: ReplicaClient, epoch: Epoch, partition: int, offset: int,
-                    level: str, timeout_s: float, pool: ThreadPoolExecutor
-                    ) -> tuple[list[str], int]:
-    """Block until txlog ``partition`` offset ``offset`` holds at ``level``; returns the nodes
-    that confirmed it and the end (exclusive) up to which the partition is known to hold at
-    ``level`` (at least ``offset + 1``), so that one answer settles every earlier wait.
-
-    ``quorum``: a majority of the partition's counting replicas applied it (``WaitApplied``);
-    ``all``: the universal stable cut covers it (``WaitStable``; one node's cut suffices,
-    since every node's cut is honest). Each node answers when the condition holds, so there
-    is no polling. Raises :class:`DurabilityTimeoutError` naming the partition.
-    """
-    tp = f"txlog/{partition}"
-    replicas = epoch.owners().get(tp, [])
-    if not replicas:
-        raise GossipError(f"no replica owns {tp} in epoch {epoch.epoch}")
-    method, need, field = (("WaitApplied", len(replicas) // 2 + 1, "applied_end")
-                           if level == "quorum" else ("WaitStable", 1, "stable_end"))
-    body = json.dumps({"partition": partition, "offset": offset,
-                       "timeout_ms": int(timeout_s * 1000)}).encode()
-
-    def ask(node: str) -> tuple[str, int] | None:
-        try:
-            reply = json.loads(client.call(epoch.nodes[node], method, body,
-                                           timeout=timeout_s + 2))
-            if not reply.get("reached"):
-                return None
-            return node, max(offset + 1, int(reply.get(field) or 0))
-        except (grpc.RpcError, ValueError, TypeError):
-            return None
-    futures = [pool.submit(ask, n) for n in replicas]
-    confirmed: list[str] = []
-    ends: list[int] = []
-    for fut in as_completed(futures):
-        answer = fut.result()
-        if answer is not None:
-            confirmed.append(answer[0])
-            ends.append(answer[1])
-            if len(confirmed) >= need:
-                # each of the `need` confirming nodes holds at least up to the smallest end
-                return confirmed, min(ends)
-    raise DurabilityTimeoutError(
-        f"{level} not reached for {tp} offset {offset} within {timeout_s:g} s: "
-        f"{len(confirmed)} of {len(replicas)} replicas ({', '.join(replicas)}) confirmed,"
-        f" {need} needed")

@@ -154,8 +154,8 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
     total = max(1, int(rate * seconds))
     latencies: list[float] = []
     options = PeerOptions(flight_size=max(total, 1), heartbeat_ms=60_000)
-    env = settings.environment if settings.environment != "default" else "bench"
-    with Peer("bench-stable", env, settings, options) as peer:
+    # the replica cluster's own environment: its nodes refuse another one's waits
+    with Peer("bench-stable", settings.environment, settings, options) as peer:
         handles, start = [], time.perf_counter()
         for i in range(total):
             due = start + i / rate

@@ -73,7 +73,8 @@ class Peer:
         self.executor = ThreadExecutor(self.options.workers, name=peer_id)
         if stability is None:
             from peer_client.stability import ReplicaStability
-            stability = ReplicaStability(self.settings, self.options.durability_timeout_ms)
+            stability = ReplicaStability(self.settings, self.options.durability_timeout_ms,
+                                         peer=(peer_id, env))
         self.stability = stability
         self.replayer = replayer
         self.core = PeerCore(peer_id, env, self.options, log_port=self.kafka,

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from gossip.cluster_config import ConfigLog, Epoch
+from gossip.durability import wait_replicated
 from gossip.exceptions import DurabilityTimeoutError as ReplicaTimeout
-from gossip.service import ReplicaClient, wait_replicated
+from gossip.service import ReplicaClient
 from log.settings import Settings
 from peer_client.exceptions import DurabilityTimeoutError, DurabilityUnavailableError
 
@@ -27,8 +28,14 @@ class ReplicaStability:
     """A :class:`~peer_client.ports.StabilityPort` over the replica cluster of ``settings``."""
 
     def __init__(self, settings: Settings, timeout_ms: int, round_s: float = 5.0,
-                 epoch: Callable[[], Epoch | None] | None = None) -> None:
+                 epoch: Callable[[], Epoch | None] | None = None,
+                 peer: tuple[str, str] | None = None, token: str | None = None) -> None:
+        """``peer`` (peer id, environment) and ``token``: the credential the waits present
+        (``ReplicaClient.peer_token``: ``token``, else the process's setting, else one made
+        from the cluster secret if this process has it); without ``peer``, none."""
         self.settings = settings
+        self._peer, self._token = peer, token
+        self._tokens: dict[str, str | None] = {}
         self.timeout_ms = timeout_ms
         self.round_s = round_s
         self._epoch_fn = epoch
@@ -50,6 +57,13 @@ class ReplicaStability:
         if start:
             threading.Thread(target=self._watch, args=key, daemon=True,
                              name=f"peer-{level}-{partition}").start()
+
+    def _token_for(self, address: str) -> str | None:
+        if self._peer is None:
+            return self._token
+        if address not in self._tokens:
+            self._tokens[address] = self._client.peer_token(address, *self._peer, self._token)
+        return self._tokens[address]
 
     def _epoch(self) -> Epoch:
         if self._epoch_fn is not None:
@@ -90,7 +104,7 @@ class ReplicaStability:
             started = time.monotonic()
             try:
                 _, end = wait_replicated(self._client, self._epoch(), partition, target,
-                                         level, budget, self._pool)
+                                         level, budget, self._pool, self._token_for)
             except ReplicaTimeout as exc:
                 last = str(exc)
                 if time.monotonic() - started < budget / 2:  # nodes unreachable: back off

@@ -45,7 +45,7 @@ def test_quorum_all_timeout_and_flight_size(bootstrap: str, tmp_path: Path) -> N
         k = partition_for_peer("B", settings.partitions)
         tp, owners = f"txlog/{k}", [f"p{k % 2}r0", f"p{k % 2}r1"]
         opts = PeerOptions(durability_timeout_ms=60_000, flight_size=100)
-        with Peer("A", "test", settings, opts) as a:
+        with Peer("A", settings.environment, settings, opts) as a:
             h = a.send_nowait("B", Tick(0), "all")
             h.result(60)
             (part, offset), = h.positions
@@ -80,7 +80,7 @@ def test_quorum_all_timeout_and_flight_size(bootstrap: str, tmp_path: Path) -> N
         assert 0 < out["stable_p50_ms"] <= out["stable_p99_ms"]
 
         fail_fast = PeerOptions(durability_timeout_ms=3000, flight_size=100, flight_mode="raise")
-        with Peer("A2", "test", settings, fail_fast) as a2:
+        with Peer("A2", settings.environment, settings, fail_fast) as a2:
             for node in owners:
                 _tidemark(stack, "local", "kill", node)
             with pytest.raises(DurabilityTimeoutError, match=f"txlog partition {k}"):

@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
 
+from gossip.cluster_config import Epoch, Partition
+from gossip.durability import wait_replicated
 from gossip.exceptions import PeerAuthError, PeerForbiddenError
 from gossip.peer_auth import (
     TOKEN_KEY,
@@ -234,3 +237,38 @@ def test_peer_token_command(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "tidemark", "peer", "token", "ada"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "has no [cluster] secret" in out.stderr
+
+
+def test_durability_waits_need_a_token_of_the_environment(replica: Replica) -> None:
+    """WaitApplied/WaitStable read no queue: any peer of the environment may wait, a member's
+    signed call too; no token, a forged one or another environment's is refused, and
+    ``wait_replicated`` (what ReplicaStability calls) raises the refusal, not a timeout."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    server = start_server(address, {
+        "WaitStable": lambda body: json.dumps({"reached": True, "stable_end": 8}).encode()},
+        secret=SECRET, environment=ENV)
+    epoch = Epoch(1, None, 1, {"r0": address}, (Partition("p0", (0,), ("r0",)),))
+    client, pool = ReplicaClient(), ThreadPoolExecutor(2)
+    body = json.dumps({"partition": 0, "offset": 5, "timeout_ms": 1000}).encode()
+    try:
+        assert json.loads(client.call(address, "WaitStable", body, token=token("anyone")))["reached"]
+        member = ReplicaClient(SECRET)
+        assert json.loads(member.call(address, "WaitStable", body))["reached"]
+        member.close()
+        for tok, code in ((None, grpc.StatusCode.UNAUTHENTICATED),
+                          (token("A", secret="forged"), grpc.StatusCode.UNAUTHENTICATED),
+                          (token("A", env="prod"), grpc.StatusCode.PERMISSION_DENIED)):
+            with pytest.raises(grpc.RpcError) as err:
+                client.call(address, "WaitStable", body, token=tok)
+            assert err.value.code() == code
+        assert wait_replicated(client, epoch, 0, 5, "all", 2.0, pool,
+                               lambda a: token("A")) == (["r0"], 8)
+        with pytest.raises(PeerForbiddenError, match="WaitStable on r0 refused: .*prod"):
+            wait_replicated(client, epoch, 0, 5, "all", 2.0, pool,
+                            lambda a: token("A", env="prod"))
+        with pytest.raises(PeerAuthError, match="WaitStable on r0 refused"):
+            wait_replicated(client, epoch, 0, 5, "all", 2.0, pool)
+    finally:
+        server.stop(0)
+        client.close()
+        pool.shutdown()
