@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from log.codec import MARKER
+from peer_client.ack_encoding import AckEncoder
 from peer_client.acks import AckBatcher
 from peer_client.avro_fast import SendEncoder
 from peer_client.context import Phase
@@ -87,6 +88,7 @@ class PeerCore(Sending):
         self._encode = self._codec.encode
         self._seq = itertools.count(1)
         self._id_prefix = f"{self.incarnation}-"
+        self._encode_ack = AckEncoder(self._codec, peer_id, environment).encode
         self._send_encoder = SendEncoder(MARKER + self._codec.fingerprint_of("Send"),
                                          peer_id, environment)
         self._last_heartbeat = 0
@@ -320,11 +322,10 @@ class PeerCore(Sending):
     def _ack(self, env: Envelope) -> None:
         if not env.persistent:
             return
-        value = self._encode("Ack", {"message_id": env.message_id, "peer": self.peer_id,
-                                     "environment": self.environment,
-                                     "timestamp_ms": self.clock_ms()})
+        now = self.clock_ms()
+        value = self._encode_ack(env.message_id, now)
         with self._ack_lock:
-            batch = self.acks.add(value, self.clock_ms())
+            batch = self.acks.add(value, now)
         if batch:
             self._append_acks(batch)
 

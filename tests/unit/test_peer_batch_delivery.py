@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from log.codec import default_codec
 from peer_client import MessageContext, message
+from peer_client.ack_encoding import AckEncoder
 from peer_client.context import Phase
 from peer_client.core import PeerCore
 from peer_client.dedup import DedupWindow
@@ -227,3 +228,21 @@ def test_submit_many_keeps_per_key_order_with_one_at_a_time() -> None:
                              for n in (*range(s, s + 30), s + 1000)]
     assert not overlap
     ex.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1).filter(lambda s: "\0" not in s), st.text(min_size=1),
+       st.one_of(st.text(), st.text(min_size=60, max_size=70)),
+       st.lists(st.integers(-(1 << 63), (1 << 63) - 1), min_size=1, max_size=3))
+def test_the_ack_encoding_is_the_codecs(peer: str, environment: str, mid: str,
+                                        stamps: list[int]) -> None:
+    port = Log()
+    core = PeerCore(peer, environment, PeerOptions(), log_port=port, direct=port,
+                    directory_port=port, stability=None, executor=ThreadExecutor(1),
+                    max_message_bytes=1 << 20)
+    enc = AckEncoder(CODEC, peer, environment)
+    assert enc.encode == enc.encode_fast
+    for ts in stamps + stamps:  # the last millisecond's encoding is reused
+        assert enc.encode(mid, ts) == core._encode_ack(mid, ts) == CODEC.encode("Ack", {
+            "message_id": mid, "peer": peer, "environment": environment, "timestamp_ms": ts})
+    core.executor.close()
