@@ -1,5 +1,6 @@
 """What the :class:`replica.node.Node` mixins share: the node's attributes, declared once
-(``node_config.NodeConfigSteps`` and ``node_repair.NodeRepair`` read and set them)."""
+(``node_config.NodeConfigSteps``, ``node_repair.NodeRepair`` and ``node_rpc.NodeRpc`` read
+and set them)."""
 
 from __future__ import annotations
 

@@ -9,34 +9,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gossip.cluster_config import Epoch
-from gossip.node_state import NodeState
 from gossip.service import pack_records
 from replica.backfill import serve_digest
-from replica.config import ClusterFile
 from replica.exceptions import ReplicaError
-from replica.ingest import Ingestor
 from replica.leases import Leases
+from replica.node_parts import NodeParts
 from replica.replay import ReplayService
 from replica.status import StatusSnapshot, build_status
-from replica.store import Store
 
 __all__ = ["NodeRpc"]
 
 
-class NodeRpc:
+class NodeRpc(NodeParts):
     """Mixin of :class:`replica.node.Node`: its RPC handlers."""
 
-    node_id: str
-    cf: ClusterFile
-    lock: threading.RLock
     progress: threading.Condition
     stopping: threading.Event
-    states: dict[str, NodeState]
-    last_seen: dict[str, float]
-    epoch: Epoch
-    store: Store
-    ingest: Ingestor
     pins: Leases
     replay: ReplayService
     ust: dict[str, int]
