@@ -1,9 +1,6 @@
-"""The peer core: send, publish, receive, acks, directory, phases. No threads, no sockets.
-
-``Peer``, ``AsyncPeer`` and the in-memory test double are this core plus ports (see
-``peer_client/ports.py``). Replay (next issue) plugs in through :meth:`PeerCore.begin_replay`,
-:meth:`PeerCore.deliver_replayed` and :meth:`PeerCore.end_replay`.
-"""
+"""The peer core: send, publish, receive, acks, directory, phases; no threads, no sockets.
+``Peer``, ``AsyncPeer`` and the test double are this core plus ports (``ports.py``); replay
+plugs in through ``begin_replay``, ``deliver_replayed(_batch)`` and ``end_replay``."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -179,13 +180,18 @@ def test_refusals(replica: Replica) -> None:
     client.close()
 
 
-def test_interrupted_replay_resumes_after_last_offset(tmp_path: Path) -> None:
+def _hundred_entries(tmp_path: Path) -> tuple[Replica, ReplicaClient, Any]:
+    """A replica holding 100 entries of PEER, and a replay of them in batches of 20."""
     replica = Replica(tmp_path / "s", barrier=1_000)
     for i in range(100):
         replica.put(PEER, f"m{i}", i)
     replica.set_progress(1_000)
     client = ReplicaClient()
-    stream = client.replay(replica.address, PEER, "test", batch=20, window=0)
+    return replica, client, client.replay(replica.address, PEER, "test", batch=20, window=0)
+
+
+def test_interrupted_replay_resumes_after_last_offset(tmp_path: Path) -> None:
+    replica, client, stream = _hundred_entries(tmp_path)
     seen = []
     with pytest.raises(ReplayInterruptedError) as err:
         for e in stream.entries():
@@ -240,12 +246,7 @@ def test_entry_batches_stream_the_same_entries_acked_by_chunk(replica: Replica) 
 
 
 def test_entry_batches_raise_interrupted_with_the_last_offset(tmp_path: Path) -> None:
-    replica = Replica(tmp_path / "s", barrier=1_000)
-    for i in range(100):
-        replica.put(PEER, f"m{i}", i)
-    replica.set_progress(1_000)
-    client = ReplicaClient()
-    stream = client.replay(replica.address, PEER, "test", batch=20, window=0)
+    replica, client, stream = _hundred_entries(tmp_path)
     seen: list[int] = []
     with pytest.raises(ReplayInterruptedError) as err:
         for rows in stream.entry_batches():
