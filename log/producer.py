@@ -38,6 +38,7 @@ class LogProducer:
         self._max = settings.max_message_bytes
         self._produce = self._producer.produce
         self._encode = self.codec.encode
+        self._callback: DeliveryCallback = self._on_delivery
 
     def topic(self, logical: str) -> str:
         """Physical topic name of a logical one."""
@@ -59,7 +60,15 @@ class LogProducer:
                 headers: list[tuple[str, bytes]] | None = None) -> None:
         """Encode ``record`` with schema ``name`` and append it to ``logical_topic``."""
         topic = self._topics.get(logical_topic) or self.settings.topic(logical_topic)
-        self.produce_raw(topic, key, self._encode(name, record), partition, on_delivery, headers)
+        value = self._encode(name, record)
+        if headers is None and len(value) <= self._max:  # the common case, inline
+            try:
+                self._produce(topic, value, key, -1 if partition is None else partition,
+                              on_delivery or self._callback)
+                return
+            except BufferError:
+                pass  # produce_raw polls until there is room
+        self.produce_raw(topic, key, value, partition, on_delivery, headers)
 
     def produce_raw(self, topic: str, key: str | bytes | None, value: bytes | None,
                     partition: int | None = None, on_delivery: DeliveryCallback | None = None,
@@ -68,7 +77,7 @@ class LogProducer:
         if value is not None and len(value) > self._max:
             raise OversizedMessageError(
                 f"record of {len(value)} bytes exceeds max_message_bytes={self._max}")
-        callback = on_delivery or self._on_delivery
+        callback = on_delivery or self._callback
         part = -1 if partition is None else partition  # -1: the configured partitioner
         while True:
             try:

@@ -134,6 +134,23 @@ def test_generated_encoders_match_fastavro_byte_for_byte(item: tuple[str, dict])
     assert CODEC.encode(name, record) == CODEC.encode_with_fastavro(name, record)
 
 
+@settings(max_examples=60)
+@given(st.integers(8150, 8250).map(lambda n: (bytes(range(256)) * 33)[:n]),
+       st.tuples(st.integers(8180, 8200), st.characters()).map(lambda t: t[1] * t[0]),
+       long_, long_)
+def test_long_fields_and_nearby_longs_match_fastavro(blob: bytes, text: str, t1: int,
+                                                     t2: int) -> None:
+    """Lengths past the generated encoder's table (its fallback), and consecutive longs that
+    share or do not share their high bits (the cached part of a long's encoding)."""
+    for ts in (t1, t2, t1 + 1, t1 ^ (1 << 13), 8191, 8192, -8193):
+        if not -(2**63) <= ts < 2**63:
+            continue
+        record = {"message_id": text, "sender": "s", "recipient": "r", "environment": "e",
+                  "message_type": "t", "payload": blob, "timestamp_ms": ts,
+                  "delivery_count": 0}
+        assert CODEC.encode("Send", record) == CODEC.encode_with_fastavro("Send", record)
+
+
 @pytest.mark.parametrize("field,value", [("timestamp_ms", 2**63), ("delivery_count", 2**31),
                                          ("message_id", 7), ("payload", "not bytes")])
 def test_bad_field_values_are_codec_errors(field: str, value: object) -> None:
