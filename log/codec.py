@@ -71,6 +71,13 @@ class Codec:
         """Short names of the current schemas."""
         return list(self._named)
 
+    def schema(self, name: str) -> dict[str, Any]:
+        """The parsed current schema called ``name``."""
+        try:
+            return self._named[name]
+        except KeyError:
+            raise UnknownSchemaError(f"no schema named {name!r}") from None
+
     def fingerprint_of(self, name: str) -> bytes:
         """The fingerprint of the current schema called ``name``."""
         try:

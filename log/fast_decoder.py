@@ -33,6 +33,8 @@ def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         n |= (b & 0x7F) << shift
         shift += 7
+    if shift > 63:  # a corrupt varint past 64 bits: keep the low 64, as fastavro does
+        n &= 0xFFFFFFFFFFFFFFFF
     return (n >> 1) ^ -(n & 1), pos
 
 
@@ -109,7 +111,7 @@ class RecordReader:
         self.codec = codec or default_codec()
         self._fast: dict[bytes, tuple[str, FlatReader]] = {}
         for name in names:
-            read = compile_flat_reader(self.codec._named[name])
+            read = compile_flat_reader(self.codec.schema(name))
             if read is not None:
                 self._fast[MARKER + self.codec.fingerprint_of(name)] = (name, read)
 

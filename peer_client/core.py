@@ -82,7 +82,7 @@ class PeerCore(Sending):
                              options.direct_batch, options.unreachable_backoff_ms,
                              max_message_bytes, self.stats, self._endpoint_of)
         self._codec = peer_codec()
-        self._encode = self._codec.encode
+        self.encode_record = self._codec.encode
         self._seq = itertools.count(1)
         self._id_prefix = f"{self.incarnation}-"
         self._encode_ack = AckEncoder(self._codec, peer_id, environment).encode
@@ -313,7 +313,7 @@ class PeerCore(Sending):
             receipt = {"recipient": self.peer_id, "incarnation": self.incarnation,
                        "environment": self.environment, "accepted": 0,
                        "error": f"bad request: {exc}"[:300], "error_kind": "bad_request"}
-        return self._encode("DirectReceipt", receipt)
+        return self.encode_record("DirectReceipt", receipt)
 
     # ---- acks and failures ---------------------------------------------------------------
     def _ack(self, env: Envelope) -> None:
@@ -355,7 +355,7 @@ class PeerCore(Sending):
         self.stats["failed_deliveries"] += 1
         if not env.persistent:
             return
-        value = self._encode("DeliveryFailed", {
+        value = self.encode_record("DeliveryFailed", {
             "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
             "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
             "timestamp_ms": self.clock_ms()})

@@ -363,6 +363,11 @@ class Inbox:
             for env in held:
                 self.accept(env, phase)
 
+    def held_unseen(self, seen: DedupWindow) -> list[Envelope]:
+        """Held-back persistent messages whose ids are not in ``seen`` (a snapshot)."""
+        with self._lock:
+            return [e for e in self.held if e.persistent and e.message_id not in seen]
+
     def release_held(self) -> list[Envelope]:
         """Messages held back during replay, in arrival order (the caller re-accepts them)."""
         with self._lock:

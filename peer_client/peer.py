@@ -228,7 +228,7 @@ class Peer:
         self._follower, self._server, self._metrics = None, None, None
 
     def _probe(self, endpoint: str) -> str | None:
-        batch = self.core._encode("DirectBatch", {
+        batch = self.core.encode_record("DirectBatch", {
             "sender": self.peer_id, "sender_incarnation": self.incarnation,
             "recipient": self.peer_id, "environment": self.environment, "messages": []})
         try:

@@ -46,6 +46,12 @@ class Delivery:
             self._remaining = 1
             self.part_done(None)
 
+    def arm(self, parts: int, on_final: Callable[["Delivery"], None]) -> None:
+        """Set the number of parts and the final callback once they are known (``publish``
+        builds its recipients' items with the handle first). Before any part is done."""
+        with _LOCK:
+            self._remaining, self._on_final = max(1, parts), on_final
+
     def part_done(self, error: BaseException | None) -> None:
         """One recipient's part finished (``error`` None: it holds)."""
         with _LOCK:

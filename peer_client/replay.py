@@ -293,9 +293,7 @@ class ReplicaReplayer:
             target = end_offsets(self.settings, "txlog", [self.partition])[self.partition]
             self.handover_target = target
             follower.catch_up(target, max(1.0, deadline - time.monotonic()))
-            with core.inbox._lock:
-                unseen = [e for e in core.inbox.held
-                          if e.persistent and e.message_id not in core.dedup]
+            unseen = core.inbox.held_unseen(core.dedup)
             if not unseen:
                 return
         log.info("peer %s: %d held-back live message(s) not in txlog yet after %d rounds;"

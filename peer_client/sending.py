@@ -194,9 +194,8 @@ class Sending:
         items = [(to, self._item(to, mt, payload, mid, ts, durability, handle, True))
                  for to in targets]
         ready = [(to, it) for to, it in items if it is not None]
-        handle._remaining = max(1, len(ready))
         self.flight.acquire(timeout)
-        handle._on_final = self._release
+        handle.arm(len(ready), self._release)
         self.stats["published"] += 1
         if not ready:
             handle.part_done(None)

@@ -95,7 +95,7 @@ def range_digest(db: plyvel.DB, records: Callable[[int, int, int], Iterator[tupl
     if stop is not None:
         return acc, n, stop
     for index, (x, count, bytes_) in _stored(db, partition, first, last):
-        if max_bytes is not None and n and size + bytes_ > max_bytes:
+        if max_bytes is not None and size + bytes_ > max_bytes:  # n == 0 too: one record only
             stop = scan(index << RANGE_BITS, (index + 1) << RANGE_BITS)
             if stop is not None:
                 return acc, n, stop

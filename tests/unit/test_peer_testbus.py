@@ -211,7 +211,7 @@ def test_unknown_type_and_malformed_payload_are_reported_not_fatal() -> None:
     seen = _collect(b)
     a.send("B", PriceChanged("x", 1))  # B has no handler for it
     core = a.core
-    bad = core._encode("DirectBatch", {"sender": "A", "sender_incarnation": core.incarnation,
+    bad = core.encode_record("DirectBatch", {"sender": "A", "sender_incarnation": core.incarnation,
                                        "recipient": "B", "environment": "test", "messages": [
         {"message_id": "bad-1", "message_type": "tests.peer.OrderPlaced",
          "payload": b"\x00garbage", "timestamp_ms": 1, "persistent": True},
