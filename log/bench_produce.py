@@ -4,7 +4,8 @@ Both run in the same process, against the same cluster, with the same durable se
 (acks=all, idempotence, RF=3, min ISR 2) and a delivery callback each, writing the same keys
 to a bench topic shaped like txlog. The raw producer sends pre-built bytes of the encoded
 record's size; the log producer builds and Avro-encodes a Send per message, as peers do.
-Rounds alternate so that neither side gets a warmer cluster; the median of each is reported.
+Two uncounted rounds of each side warm the brokers up; then rounds alternate so that neither
+side gets a warmer cluster; the median of each is reported.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from log.producer import LogProducer
 from log.settings import Settings
 from log.topics import topic_specs
 
-__all__ = ["bench_produce", "bench_topic", "raw_produce_rate"]
+__all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "WARM_UP_ROUNDS"]
+
+#: Uncounted rounds of each side before the measured ones (brokers' JIT, page cache).
+WARM_UP_ROUNDS = 2
 
 
 def bench_topic(settings: Settings) -> str:
@@ -91,9 +95,12 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
         "environment": settings.environment, "message_type": "bench.Event",
         "payload": payload, "timestamp_ms": 1_700_000_000_000, "delivery_count": 0})
     raw_value = os.urandom(len(sample))
-    progress("warm-up round (not counted)")
-    raw_produce_rate(settings, topic, keys[: messages // 4], raw_value)
-    _run_log(settings, keys[: messages // 4], payload)
+    # Two full uncounted rounds: right after a stack starts, the brokers' JIT compilers take
+    # a quarter of a core each for the first minute of load (measured from /proc).
+    for w in range(WARM_UP_ROUNDS):
+        progress(f"warm-up round {w + 1}/{WARM_UP_ROUNDS} (not counted)")
+        raw_produce_rate(settings, topic, keys, raw_value)
+        _run_log(settings, keys, payload)
     raw_rates, log_rates = [], []
     for r in range(rounds):
         raw_rates.append(raw_produce_rate(settings, topic, keys, raw_value))
