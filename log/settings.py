@@ -221,7 +221,7 @@ class Settings:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
-            "fetch.wait.max.ms": 50,
+            "fetch.wait.max.ms": 500,
             "isolation.level": "read_committed",
         })
         conf.update(extra)

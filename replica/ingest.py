@@ -82,7 +82,7 @@ class Ingestor:
         self.consumer = LogConsumer(settings, None, **{
             "queued.min.messages": 50000, "queued.max.messages.kbytes": 16384,
             "fetch.max.bytes": 8 << 20, "max.partition.fetch.bytes": 2 << 20,
-            "fetch.wait.max.ms": 20})
+            "fetch.wait.max.ms": 500})
         self._physical = {settings.topic(t): t for t in TOPICS}
         self._scanners = txlog_scanners(self.codec)
         self.deadletters = DeadLetters(settings, f"replica:{node_id}")

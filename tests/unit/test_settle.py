@@ -30,3 +30,12 @@ def test_cli_prints_one_line_and_exits_0() -> None:
                           "--timeout", "0.1"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("machine NOT quiet"), out.stdout
+
+
+def test_cpu_pressure_is_a_percentage_or_unknown() -> None:
+    from tidemark.stack.settle import cpu_pressure
+    value = cpu_pressure()
+    if os.path.exists("/proc/pressure/cpu"):
+        assert value is not None and 0.0 <= value <= 100.0
+    else:
+        assert value is None

@@ -131,10 +131,11 @@ def _bench_stable(args: argparse.Namespace) -> int:
         print_json(result)
         return 0
     verdict = "meets" if result["stable_p99_ms"] <= result["target_p99_ms"] else "ABOVE"
-    print(f"send->stable at durability all, {result['achieved_rate']:,} of"
+    print(f"send->stable at durability all, sent at {result['achieved_rate']:,} of"
           f" {result['target_rate']:,} msgs/s: p50 {result['stable_p50_ms']} ms,"
           f" p99 {result['stable_p99_ms']} ms ({verdict} target p99 <= "
-          f"{result['target_p99_ms']} ms; {result['failed']} failed)")
+          f"{result['target_p99_ms']} ms; {result['failed']} failed; all stable"
+          f" {result['drain_s']} s after the last send)")
     print(f"raw producer acks=all, same rate     : p50 {result['raw_ack_p50_ms']} ms,"
           f" p99 {result['raw_ack_p99_ms']} ms (Kafka alone; stable p99 / raw p99 ="
           f" {result['ratio_p99']})")

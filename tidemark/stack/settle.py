@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Settled", "busy_cores", "wait_quiet"]
+__all__ = ["Settled", "busy_cores", "cpu_pressure", "wait_quiet"]
 
 
 def _cpu_times() -> tuple[float, float]:
@@ -30,6 +30,20 @@ def busy_cores(window_s: float = 2.0) -> float:
     return cores * (busy1 - busy0) / max(1e-9, total1 - total0)
 
 
+def cpu_pressure() -> float | None:
+    """Share of the last 10 s in which some runnable task waited for a CPU (Linux PSI,
+    ``/proc/pressure/cpu``, in percent), or None where the kernel does not report it. High
+    pressure on an idle machine means the virtual CPUs are not getting the host's CPUs."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some "):
+                    return float(dict(kv.split("=") for kv in line.split()[1:])["avg10"])
+    except (OSError, KeyError, ValueError):
+        pass
+    return None
+
+
 @dataclass(frozen=True)
 class Settled:
     """The outcome of :func:`wait_quiet`."""
@@ -41,9 +55,12 @@ class Settled:
     def describe(self, threshold: float) -> str:
         """One line for a report."""
         verdict = "quiet" if self.quiet else f"NOT quiet (still above {threshold:g} cores)"
+        pressure = cpu_pressure()
         return (f"{verdict}: {self.busy:.2f} of {os.cpu_count()} cores busy after"
                 f" {self.waited_s:.0f} s, load average "
-                + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+                + " ".join(f"{x:.2f}" for x in os.getloadavg())
+                + ("" if pressure is None else f", CPU pressure {pressure:.0f}% (PSI some,"
+                   " 10 s: time a runnable task waited for a CPU)"))
 
 
 def wait_quiet(threshold: float = 0.5, timeout_s: float = 120.0, window_s: float = 2.0,
