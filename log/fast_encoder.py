@@ -14,16 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["compile_encoder", "varint", "zigzag_long"]
+__all__ = ["compile_encoder", "varint", "zigzag_long", "LENGTHS"]
 
 _SIMPLE = ("string", "bytes", "int", "long", "boolean")
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-#: Avro lengths (zigzag varints of 0..8191) from a table: 1 or 2 bytes.
-_LEN = [bytes((n << 1,)) if n < 64 else bytes((((n << 1) & 0x7F) | 0x80, (n << 1) >> 7))
-        for n in range(8192)]
 #: Varints of 0..16383 (zigzag values of -8192..8191).
 _VAR14 = [bytes((z,)) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(1 << 14)]
+#: Avro lengths, i.e. zigzag varints of 0..8191 (1 or 2 bytes), by length.
+LENGTHS = _LEN = _VAR14[0::2]
 #: The low 14 bits of a varint that goes on: two bytes with the continuation bit set.
 _LOW14 = [bytes(((n & 0x7F) | 0x80, (n >> 7) | 0x80)) for n in range(1 << 14)]
 #: The encoding of the bits above the low 14 of the last long encoded (timestamps share it
@@ -49,18 +48,14 @@ def _zigzag(n: int, lo: int = _LONG_MIN, hi: int = _LONG_MAX) -> bytes:
     return varint((n << 1) ^ (n >> 63))
 
 
-def zigzag_long(n: int) -> bytes:
-    """Avro encoding of a long (range-checked zigzag varint)."""
-    return _long(n)
-
-
 def _int(n: int) -> bytes:
     if 0 <= n < 8192:
         return _LEN[n]
     return _zigzag(n, _INT_MIN, _INT_MAX)
 
 
-def _long(n: int) -> bytes:
+def zigzag_long(n: int) -> bytes:
+    """Avro encoding of a long (range-checked zigzag varint)."""
     global _last_high
     if 0 <= n < 8192:
         return _LEN[n]
@@ -74,6 +69,9 @@ def _long(n: int) -> bytes:
     if last[0] != high:
         last = _last_high = (high, varint(high))
     return _LOW14[z & 0x3FFF] + last[1]
+
+
+_long = zigzag_long
 
 
 def _bytes(b: bytes) -> bytes:

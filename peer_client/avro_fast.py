@@ -8,24 +8,18 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from log.fast_encoder import varint as _base128
+from log.fast_encoder import LENGTHS as _SMALL
+from log.fast_encoder import zigzag_long
 
 __all__ = ["varint", "long_bytes", "string_bytes", "bytes_bytes", "compile_object_encoder",
            "SendEncoder"]
 
-_SMALL = [bytes((n << 1,)) if n < 64 else bytes((((n << 1) & 0x7F) | 0x80, (n << 1) >> 7))
-          for n in range(8192)]
 _DOUBLE = struct.Struct("<d").pack
 _FLOAT = struct.Struct("<f").pack
 
 
-def long_bytes(n: int) -> bytes:
-    """Zigzag varint of a long (range-checked)."""
-    if 0 <= n < 8192:
-        return _SMALL[n]
-    if not -(1 << 63) <= n < (1 << 63):
-        raise ValueError(f"{n} is out of range for an Avro long")
-    return _base128((n << 1) ^ (n >> 63))
+#: Zigzag varint of a long (range-checked): the log's encoder (tables, cached high bits).
+long_bytes = zigzag_long
 
 
 def int_bytes(n: int) -> bytes:
