@@ -30,7 +30,7 @@ TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
 #: The registry settings that are fields of :class:`Settings` (the ``[kafka]`` table).
 _KAFKA_KEYS = ("bootstrap", "topic_prefix", "partitions", "replication_factor",
                "min_insync_replicas", "environment", "max_message_bytes", "producer_linger_ms",
-               "txlog_retention_ms",
+               "producer_max_in_flight", "txlog_retention_ms",
                "queues_delete_retention_ms")
 _CLIENT_ENV_PREFIX = registry.KAFKA_CLIENT_PREFIX
 _RDKAFKA_LOGGER = logging.getLogger("tidemark.librdkafka")
@@ -175,6 +175,7 @@ class Settings:
     environment: str = _default("environment")
     max_message_bytes: int = _default("max_message_bytes")
     producer_linger_ms: int = _default("producer_linger_ms")
+    producer_max_in_flight: int = _default("producer_max_in_flight")
     txlog_retention_ms: int = _default("txlog_retention_ms")
     queues_delete_retention_ms: int = _default("queues_delete_retention_ms")
     client: Mapping[str, str] = field(default_factory=dict)
@@ -204,6 +205,7 @@ class Settings:
             "enable.idempotence": True,
             "partitioner": "murmur2_random",
             "linger.ms": self.producer_linger_ms,
+            "max.in.flight": self.producer_max_in_flight,
             "batch.num.messages": 10000,
             "queue.buffering.max.messages": 500000,
             "compression.type": "lz4",
