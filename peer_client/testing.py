@@ -109,7 +109,8 @@ class TestBus:
     def __getitem__(self, peer_id: str) -> TestPeer:
         return self._peers[peer_id]
 
-    def _start(self, peer: TestPeer) -> None:
+    def start_peer(self, peer: TestPeer) -> None:
+        """Run ``peer``'s start sequence on the bus (called by :meth:`TestPeer.start`)."""
         core = peer.core
         core.set_phase(Phase.STARTING)
         for key, desc in list(self.directory.items()):
@@ -124,7 +125,7 @@ class TestBus:
         for env in self._replay_envelopes(peer.peer_id):
             core.deliver_replayed(env)
         core.end_replay()
-        self._maybe_run()
+        self.run_if_auto()
 
     def restart(self, peer_id: str) -> TestPeer:
         """Start ``peer_id`` again as a new incarnation with the same handlers; it replays
@@ -176,7 +177,7 @@ class TestBus:
         copy = Envelope(env.message_id, env.sender, env.message_type, env.payload,
                         env.timestamp_ms, env.persistent, env.environment, env.delivery_count)
         peer.core.inbox.accept(copy)
-        self._maybe_run()
+        self.run_if_auto()
 
     def advance(self, seconds: float) -> None:
         """Move the clock; running peers heartbeat, others' entries may expire."""
@@ -184,7 +185,7 @@ class TestBus:
         for peer in list(self._peers.values()):
             if not peer.crashed and peer.core.phase in RUNNING:
                 peer.core.tick()
-        self._maybe_run()
+        self.run_if_auto()
 
     def stall_replicas(self) -> None:
         """From now on ``quorum``/``all`` sends stay unconfirmed (replicas down)."""
@@ -196,11 +197,11 @@ class TestBus:
         stalled, self._stalled = self._stalled, []
         for done in stalled:
             done(None)
-        self._maybe_run()
+        self.run_if_auto()
 
     def purge(self, peer_id: str) -> None:
         """Append a Purge: ``peer_id``'s queue empties."""
-        self._append(peer_id, self._codec.encode("Purge", {
+        self.append_record(peer_id, self._codec.encode("Purge", {
             "peer": peer_id, "environment": self._peers[peer_id].core.environment
             if peer_id in self._peers else self.environment, "timestamp_ms": self.clock_ms}),
             None)
@@ -266,12 +267,27 @@ class TestBus:
         if box:
             raise box[0]
 
-    def _maybe_run(self) -> None:
+    # ---- what TestPeer's ports call (public for them; tests need not) ---------------------
+    def attach(self, peer: TestPeer) -> None:
+        """Make ``peer``'s current incarnation reachable at its ``mem://`` endpoint."""
+        self._incarnations[peer.core.incarnation] = peer
+
+    def stall(self, done: Callable[[BaseException | None], None]) -> None:
+        """Hold a stability wait until :meth:`resume_replicas`."""
+        self._stalled.append(done)
+
+    def submit_job(self, peer: TestPeer, job: Any) -> None:
+        """Queue a handler job of ``peer``'s current incarnation."""
+        self._jobs.append((peer, peer.core.incarnation, job))
+
+    def run_if_auto(self) -> None:
+        """Run queued jobs now when the bus runs them automatically."""
         if self.auto_run:
             self.run_until_idle()
 
     # ---- the in-memory log, directory and network ------------------------------------------
-    def _append(self, key: str, value: bytes, on_delivery: Any) -> None:
+    def append_record(self, key: str, value: bytes, on_delivery: Any) -> None:
+        """Append an encoded txlog record under ``key`` (a peer's log port)."""
         if len(value) > self.max_message_bytes:
             from log.exceptions import OversizedMessageError
             raise OversizedMessageError(f"record of {len(value)} bytes exceeds"
@@ -284,7 +300,8 @@ class TestBus:
         if on_delivery is not None:
             on_delivery(None, _Msg("txlog", part, offset))
 
-    def _register(self, peer_id: str, descriptor: dict[str, Any]) -> None:
+    def register_descriptor(self, peer_id: str, descriptor: dict[str, Any]) -> None:
+        """Write a directory entry and tell every running peer (a peer's directory port)."""
         self.directory[peer_id] = dict(descriptor)
         for peer in list(self._peers.values()):
             if not peer.crashed and peer.core.phase is not Phase.CREATED:
@@ -300,7 +317,8 @@ class TestBus:
         peer = self._at(endpoint)
         return None if peer is None else peer.core.incarnation
 
-    def _deliver(self, endpoint: str, batch: bytes, done: Any) -> None:
+    def deliver_batch(self, endpoint: str, batch: bytes, done: Any) -> None:
+        """Deliver a direct batch to the incarnation at ``endpoint`` (a peer's direct port)."""
         peer = self._at(endpoint)
         if peer is None:
             done(None, PeerUnreachableError(f"connection refused by {endpoint}"))

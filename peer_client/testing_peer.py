@@ -41,7 +41,7 @@ class _Ports:
 
     # LogPort
     def append(self, key: str, value: bytes, on_delivery: Any = None) -> None:
-        self.bus._append(key, value, on_delivery)
+        self.bus.append_record(key, value, on_delivery)
 
     def flush(self, timeout: float) -> None:
         pass
@@ -51,22 +51,22 @@ class _Ports:
 
     # DirectPort
     def deliver(self, endpoint: str, batch: bytes, done: Any) -> None:
-        self.bus._deliver(endpoint, batch, done)
+        self.bus.deliver_batch(endpoint, batch, done)
 
     # DirectoryPort
     def publish(self, peer_id: str, descriptor: dict[str, Any], on_delivery: Any = None) -> None:
-        self.bus._register(peer_id, descriptor)
+        self.bus.register_descriptor(peer_id, descriptor)
 
     # StabilityPort
     def wait(self, level: str, partition: int, offset: int, done: Any) -> None:
         if self.bus.replicas_stalled:
-            self.bus._stalled.append(done)
+            self.bus.stall(done)
         else:
             done(None)
 
     # Executor
     def submit(self, key: str, job: Any) -> None:
-        self.bus._jobs.append((self.peer, self.peer.core.incarnation, job))
+        self.bus.submit_job(self.peer, job)
 
     def drain(self, timeout: float) -> bool:
         self.bus.run_until_idle()
@@ -91,7 +91,7 @@ class TestPeer:
                              max_message_bytes=bus.max_message_bytes, clock_ms=bus.now_ms,
                              handlers=handlers)
         self.core.endpoint = f"mem://{peer_id}/{self.core.incarnation}"
-        bus._incarnations[self.core.incarnation] = self
+        bus.attach(self)
         self.crashed = False
 
     @property
@@ -120,7 +120,7 @@ class TestPeer:
 
     def start(self) -> "TestPeer":
         """Register, replay what is unacked for this peer, then take live messages."""
-        self.bus._start(self)
+        self.bus.start_peer(self)
         return self
 
     def stop(self) -> None:
@@ -137,7 +137,7 @@ class TestPeer:
         """Queue a send; the :class:`Delivery` completes at the durability level."""
         self._check()
         handle = self.core.send(to, message, durability, timeout=0.0)
-        self.bus._maybe_run()
+        self.bus.run_if_auto()
         return handle
 
     def send(self, to: str, message: Any, durability: str = "log") -> str:
@@ -148,14 +148,14 @@ class TestPeer:
         """Fire and forget (see :meth:`peer_client.Peer.post`)."""
         self._check()
         mid = self.core.post(to, message, durability, timeout=0.0)
-        self.bus._maybe_run()
+        self.bus.run_if_auto()
         return mid
 
     def publish_nowait(self, message: Any, durability: str = "log") -> Delivery:
         """Queue a publish to every subscriber."""
         self._check()
         handle = self.core.publish(message, durability, timeout=0.0)
-        self.bus._maybe_run()
+        self.bus.run_if_auto()
         return handle
 
     def publish(self, message: Any, durability: str = "log") -> str:

@@ -1,7 +1,7 @@
 """The Structured Streaming query: txlog -> per-peer state -> queues (+ progress, deadletter).
 
 Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Settings`) ->
-``groupBy(partition).transformWithStateInPandas`` (state in the RocksDB state store: one
+``groupBy(partition % groups).transformWithStateInPandas`` (state in the RocksDB state store: one
 MapState entry per message, see :mod:`spark_streaming.state_layout`, read and written in
 batches by :class:`~spark_streaming.pyspark_state.SparkMaps`) -> ``foreachBatch``, which
 
@@ -42,6 +42,7 @@ from spark_streaming.queue_state import (
     Ttl,
 )
 from spark_streaming.sink import BatchWriter
+from spark_streaming.state_groups import choose_groups
 from spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
 __all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
@@ -76,6 +77,9 @@ class JobOptions:
     fail_on_data_loss: bool = True
     query_name: str = "tidemark-queues"
     state_partitions: int | None = None
+    #: State groups (txlog partition % groups); None: one per state partition for a new local
+    #: checkpoint, else what the checkpoint has (:mod:`spark_streaming.state_groups`).
+    state_groups: int | None = None
     #: Failed deliveries before a message goes to deadletter (``TIDEMARK_DELIVERY_LIMIT``).
     delivery_limit: int = field(default_factory=lambda: _env_limit())  # noqa: PLW0108
 
@@ -232,10 +236,17 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
         .option("startingOffsets", options.starting_offsets) \
         .option("failOnDataLoss", str(options.fail_on_data_loss).lower()) \
         .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger)).load()
-    # Grouping by txlog partition (not by peer) keeps the per-group cost of the Python
-    # state API to one call per partition; peers are MapState entries inside the group.
+    # Grouping by txlog partition % groups (not by peer) keeps the per-group cost of the
+    # Python state API to a few calls per batch; peers are MapState entries inside a group.
     rows = source.select("key", "value", "partition", "offset")
-    out = rows.groupBy("partition").transformWithStateInPandas(
+    partitions = txlog_partitions(settings)
+    groups = choose_groups(options.checkpoint, options.state_groups,
+                           state_partitions(settings, options), partitions)
+    if groups < partitions:
+        from pyspark.sql.functions import col
+        rows = rows.withColumn("state_group", (col("partition") % groups).cast("int"))
+    out = rows.groupBy("state_group" if groups < partitions else "partition") \
+        .transformWithStateInPandas(
         statefulProcessor=_processor(Ttl(options.ack_ttl_ms, options.dedup_window_ms,
                                          options.delivery_limit)),
         outputStructType=OUTPUT_SCHEMA,

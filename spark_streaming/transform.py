@@ -1,7 +1,8 @@
 """The stateful step of the job, on pandas: decode txlog rows, apply them, emit output rows.
 
-This is what runs inside Spark's ``transformWithStateInPandas`` for one group (one txlog
-partition), kept free of Spark: the state is reached through
+This is what runs inside Spark's ``transformWithStateInPandas`` for one state group (the
+txlog partitions ``p`` with ``p % groups`` equal, :mod:`spark_streaming.state_groups`), kept
+free of Spark: the state is reached through
 :class:`~spark_streaming.state_layout.StateMaps` (batched reads and writes of per-message
 entries), and the decisions are :mod:`spark_streaming.queue_state`'s. A batch reads and
 writes only the entries its rows name (plus expired memories, and the whole group for a
@@ -185,7 +186,7 @@ _READERS: dict[int, RecordReader] = {}
 
 def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
                  codec: Codec | None = None) -> pd.DataFrame:
-    """Apply a batch's txlog rows (any order; normally one txlog partition) to the state.
+    """Apply a batch's txlog rows (any order, one or more txlog partitions) to the state.
 
     Returns the output rows (:data:`OUTPUT_SCHEMA`).
     """

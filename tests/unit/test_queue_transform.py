@@ -139,3 +139,29 @@ def test_kafka_client_settings_reach_spark_in_java_names() -> None:
                                               ' password="p";')
     assert opts["kafka.ssl.truststore.location"] == "/ca.pem"
     assert "kafka.sasl.username" not in opts and "kafka.sasl.password" not in opts
+
+
+def test_a_group_of_several_partitions_keeps_each_row_in_its_own_partition() -> None:
+    """A state group holds txlog partitions p with the same p % groups: entries, tombstones
+    and marks still name the partition their records came from."""
+    maps = MemoryMaps()
+    data = [(b"a", _send("a", "1"), 1, 10), (b"b", _send("b", "1"), 3, 4),
+            (b"a", _send("a", "2"), 1, 11), (b"b", _ack("b", "1"), 3, 5),
+            (b"c", _send("c", "7"), 5, 0)]
+    random.Random(2).shuffle(data)
+    out = process_rows(pd.DataFrame(data, columns=["key", "value", "partition", "offset"]),
+                       maps, Ttl(1000, 500))
+    entries = {k: (p, o) for k, p, o in zip(out[out.kind == ENTRY].key,
+                                             out[out.kind == ENTRY].partition,
+                                             out[out.kind == ENTRY].offset, strict=True)}
+    assert entries == {queue_key("a", "1").encode(): (1, 10),
+                       queue_key("a", "2").encode(): (1, 11),
+                       queue_key("c", "7").encode(): (5, 0)}
+    marks = out[out.kind == MARK]
+    assert dict(zip(marks.partition, marks.offset, strict=True)) == {1: 11, 3: 5, 5: 0}
+    later = [(b"c", _ack("c", "7"), 5, 1), (b"a", _ack("a", "2"), 1, 12)]
+    out2 = process_rows(pd.DataFrame(later, columns=["key", "value", "partition", "offset"]),
+                        maps, Ttl(1000, 500))
+    tombs = out2[out2.kind == TOMBSTONE]
+    assert dict(zip(tombs.key, tombs.partition, strict=True)) == {
+        queue_key("a", "2").encode(): 1, queue_key("c", "7").encode(): 5}

@@ -36,7 +36,8 @@ def _run(args: argparse.Namespace) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         master=None if (under_submit and not args.master) else (args.master or "local[2]"),
         driver_memory=args.driver_memory, log_level=args.spark_log_level,
-        fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions)
+        fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions,
+        state_groups=args.state_groups)
     return run_job(settings, options)
 
 
@@ -89,6 +90,9 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-partitions", type=int, default=None,
                         help="state store partitions (default: txlog partitions, at most the"
                              " local cores; fixed once the checkpoint exists)")
+    parser.add_argument("--state-groups", type=int, default=None,
+                        help="state groups, txlog partition %% groups (default: one per state"
+                             " partition for a new local checkpoint; fixed once it exists)")
     parser.add_argument("--spark-log-level", default="ERROR")
     parser.add_argument("--allow-data-loss", action="store_true",
                         help="keep going when txlog records expired before the job read them")
