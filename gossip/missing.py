@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from gossip.interval_map import IntervalMap
 
-__all__ = ["intersect", "unrecoverable", "find_source"]
+__all__ = ["intersect", "unrecoverable", "find_source", "without_losses"]
 
 
 def intersect(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -49,3 +49,25 @@ def find_source(start: int, end: int, maps: Mapping[str, IntervalMap]
         if best is None or reach > best[1]:
             best = (node, reach)
     return best
+
+
+def without_losses(m: IntervalMap, lost: Sequence[tuple[int, int]]) -> IntervalMap:
+    """``m`` less the ranges its node spliced as lost: what that node really holds. A range
+    another replica spliced is neither a backfill source nor proof that the data exists, so
+    each replica detects (and records) a loss for its own map."""
+    if not lost:
+        return m
+    held: list[tuple[int, int]] = []
+    for a, b in m.ranges():
+        cuts = [(max(a, x), min(b, y)) for x, y in sorted(lost) if x < b and y > a]
+        cursor = a
+        for x, y in cuts:
+            if x > cursor:
+                held.append((cursor, x))
+            cursor = max(cursor, y)
+        if cursor < b:
+            held.append((cursor, b))
+    base_end = 0
+    if held and held[0][0] == 0:
+        base_end = held.pop(0)[1]
+    return IntervalMap(base_end, min(m.floor, base_end), [[a, b] for a, b in held])

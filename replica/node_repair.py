@@ -8,7 +8,7 @@ import logging
 import time
 
 from gossip.cluster_config import Partition
-from gossip.missing import unrecoverable
+from gossip.missing import unrecoverable, without_losses
 from replica.backfill import Backfiller
 from replica.metrics import NodeMetrics
 from replica.node_parts import NodeParts
@@ -32,6 +32,7 @@ class NodeRepair(NodeParts):
         part = self._partition()
         with self.lock:
             maps = {n: s.maps() for n, s in self.states.items()}
+            losses = {n: s.loss_entries() for n, s in self.states.items() if n != self.node_id}
             fresh = {n for n, t in self.last_seen.items()
                      if time.monotonic() - t < self.cf.down_after_ms / 1000}
         addresses = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id and n in fresh}
@@ -39,7 +40,11 @@ class NodeRepair(NodeParts):
             tp = f"txlog/{k}"
             if not self.store.map("txlog", k).detached:
                 continue
-            peer_maps = {n: m[tp] for n, m in maps.items() if tp in m and n != self.node_id}
+            # what each peer really holds: not the ranges it spliced as lost
+            peer_maps = {n: without_losses(m[tp], [(e["start"], e["end"]) for e in losses[n]
+                                                   if e.get("partition") == k
+                                                   and e.get("topic") == "txlog"])
+                         for n, m in maps.items() if tp in m and n != self.node_id}
             try:
                 self.backfiller.step(k, peer_maps, addresses,
                                      on_copied=self.metrics.backfilled.inc,
@@ -49,8 +54,9 @@ class NodeRepair(NodeParts):
             holders = self.epoch.holders()[tp]
             if any(h not in fresh for h in holders):
                 continue
-            lost = unrecoverable(holders, {n: m[tp] for n, m in maps.items() if tp in m},
-                                 self.ingest.low.get(tp, 0))
+            mine = {self.node_id: maps[self.node_id][tp]} if tp in maps.get(self.node_id, {}) \
+                else {}
+            lost = unrecoverable(holders, {**peer_maps, **mine}, self.ingest.low.get(tp, 0))
             if lost:
                 self._splice(k, lost)
 

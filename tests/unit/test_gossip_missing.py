@@ -1,8 +1,11 @@
 """Pure missing-data and backfill-source logic."""
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gossip.cluster_config import Epoch, Partition, fold, validate
 from gossip.interval_map import IntervalMap
-from gossip.missing import find_source, intersect, unrecoverable
+from gossip.missing import find_source, intersect, unrecoverable, without_losses
 
 
 def _map(base_end: int, *detached: tuple[int, int]) -> IntervalMap:
@@ -43,3 +46,28 @@ def test_first_valid_successor_wins() -> None:
                        invalid, first, competing]) == first
     assert fold(g, [_epoch(3, 2, ("a",))]) == g  # skips an epoch: ignored
     assert Epoch.from_record(first.to_record()) == first
+
+
+ranges = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20)), max_size=6)
+
+
+@given(ranges, ranges)
+def test_without_losses_is_set_difference(applied: list, lost: list) -> None:
+    m = IntervalMap()
+    for a, n in applied:
+        m.insert(a, a + n)
+    spans = sorted((a, a + n) for a, n in lost)
+    out = without_losses(m, spans)
+    model = {o for o in range(100) if m.contains(o)} - {o for a, b in spans for o in range(a, b)}
+    assert {o for o in range(100) if out.contains(o)} == model
+    assert out.detached == sorted(out.detached) and all(a > out.base_end for a, _ in out.detached)
+    assert all(a < b for a, b in out.detached)
+    assert without_losses(out, spans).to_json() == out.to_json()  # idempotent
+
+
+def test_a_range_another_replica_spliced_is_lost_for_me_too() -> None:
+    mine, theirs = _map(10, (20, 30)), _map(30)            # they spliced [10, 20)
+    held = without_losses(theirs, [(10, 20)])
+    assert find_source(10, 20, {"b": held}) is None
+    assert unrecoverable(["a", "b"], {"a": mine, "b": held}, log_start=20) == [(10, 20)]
+    assert unrecoverable(["a", "b"], {"a": mine, "b": theirs}, log_start=20) == []
