@@ -108,15 +108,13 @@ def test_errors_are_one_line(cli_stack: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_down_leaves_no_process(tmp_path: Path) -> None:
-    if os.environ.get("TIDEMARK_BOOTSTRAP"):
-        pytest.skip("starts its own stack")
-    state = tmp_path / "s"
-    tidemark("local", "up", "--brokers", "3", state=state)
+def test_down_leaves_no_process(cli_stack: Path) -> None:
+    """Last in the module: takes the module's stack down (the fixture's own down is then a
+    no-op)."""
     pids = [b["pid"] for b in json.loads(
-        tidemark("local", "status", "--json", state=state).stdout)["brokers"]]
-    assert all(is_alive(p) for p in pids)
-    tidemark("local", "down", state=state)
+        tidemark("local", "status", "--json", state=cli_stack).stdout)["brokers"]]
+    assert pids and all(is_alive(p) for p in pids)
+    tidemark("local", "down", state=cli_stack)
     assert not any(is_alive(p) for p in pids)
-    out = subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", str(cli_stack)], capture_output=True, text=True).stdout
     assert out.strip() == ""
