@@ -240,8 +240,8 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
     # Python state API to a few calls per batch; peers are MapState entries inside a group.
     rows = source.select("key", "value", "partition", "offset")
     partitions = txlog_partitions(settings)
-    groups = choose_groups(options.checkpoint, options.state_groups,
-                           state_partitions(settings, options), partitions)
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))  # as spark_conf chose it
+    groups = choose_groups(options.checkpoint, options.state_groups, shuffle, partitions)
     if groups < partitions:
         from pyspark.sql.functions import col
         rows = rows.withColumn("state_group", (col("partition") % groups).cast("int"))
