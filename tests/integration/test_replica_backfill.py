@@ -90,7 +90,7 @@ def test_missing_data_is_spliced_and_recorded(bootstrap: str, tmp_path: Path) ->
         stack.up(extra=[lambda s: plan(s, "1x2")], timeout_s=60)
         wait_for(lambda: txlog_ust(status(stack)) == second, 60, what="cut past the lost range")
         doc = wait_for(lambda: (lambda d: d if d and len(d["loss_ledger"]) >= 8 else None)(
-            status(stack)), 30, what="losses from both replicas in the ledger")
+            status(stack)), 60, what="losses from both replicas in the ledger")
         lost = {(e["node"], e["partition"]): (e["start"], e["end"]) for e in doc["loss_ledger"]}
         for node in ("p0r0", "p0r1"):
             for k in range(4):
