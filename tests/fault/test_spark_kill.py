@@ -58,7 +58,8 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     ensure_topics(settings)
     spec = plan(stack)[0]
     assert spec.kind == "spark" and str(stack.state_dir) in " ".join(spec.argv)
-    stack.ensure(spec)
+    stack.ensure(spec, timeout_s=300)  # returns once the query runs (its ready file)
+    assert Path(spec.ready_file or "").exists()
     totals = {"sent": 0, "acked": 0, "rounds": 0}
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -89,7 +90,7 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     wait_for(lambda: stack.status()["spark"]["up"] is False, timeout=20,
              what="`local status` to report the killed job down")
     killed_at = read_queues(settings).progress  # everything written before the kill
-    stack.ensure(plan(stack)[0])  # `local up` does the same for a recorded dead process
+    stack.ensure(plan(stack)[0], timeout_s=300)  # as `local up` does for a dead process
     assert stack.status()["spark"]["up"] is True
     wait_for(lambda: any(o > killed_at.get(p, 0) for p, o in _progress().items()),
              timeout=180, what="progress past the kill point after the restart")

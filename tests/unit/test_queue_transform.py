@@ -121,8 +121,10 @@ def test_durations_checkpoint_partitions_and_plan(tmp_path) -> None:
     assert state_partitions(s, JobOptions(checkpoint="c", state_partitions=5)) == 5
     (spec,) = plan(LocalStack(tmp_path))
     assert spec.kind == "spark" and spec.name == "spark"
-    assert spec.argv[-6:-4] == ["--state-dir", str(tmp_path)]
+    assert spec.argv[spec.argv.index("--state-dir") + 1] == str(tmp_path)
     assert str(tmp_path) in spec.argv[spec.argv.index("--checkpoint") + 1]
+    assert spec.ready_file == spec.argv[spec.argv.index("--ready-file") + 1]
+    assert spec.ready_file.startswith(str(tmp_path)) and spec.ready_port is None
 
 
 def test_kafka_client_settings_reach_spark_in_java_names() -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from log.exceptions import ConfigError
 from spark_streaming.checkpoint import default_checkpoint
@@ -38,7 +41,16 @@ def _run(args: argparse.Namespace) -> int:
         driver_memory=args.driver_memory, log_level=args.spark_log_level,
         fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions,
         state_groups=args.state_groups)
-    return run_job(settings, options)
+    return run_job(settings, options,
+                   ready=_touch(Path(args.ready_file)) if args.ready_file else None)
+
+
+def _touch(path: Path) -> Callable[[Any], None]:
+    """The ``ready`` callback of :func:`run_job`: create ``path`` (for the local stack)."""
+    def ready(query: Any) -> None:  # noqa: ARG001 - the running StreamingQuery
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    return ready
 
 
 def _depth(args: argparse.Namespace) -> int:
@@ -96,6 +108,9 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spark-log-level", default="ERROR")
     parser.add_argument("--allow-data-loss", action="store_true",
                         help="keep going when txlog records expired before the job read them")
+    parser.add_argument("--ready-file", default=None, metavar="PATH",
+                        help="create PATH once the streaming query runs (the local stack"
+                             " waits for it)")
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

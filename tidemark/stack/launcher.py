@@ -40,6 +40,7 @@ from tidemark.stack.processes import (
     kill9,
     start_detached,
     terminate,
+    wait_file,
     wait_port,
 )
 
@@ -70,6 +71,7 @@ class ProcessSpec:
     address: str = ""
     env: dict[str, str] = field(default_factory=dict)
     ready_port: int | None = None
+    ready_file: str | None = None  # a process without a port creates it once it serves
     pid: int | None = None
 
 
@@ -126,6 +128,8 @@ class LocalStack:
         if known and is_alive(known.get("pid"), self.marker):
             return ProcessSpec(**known)
         env = {**os.environ, **self._client_env(), **spec.env}
+        if spec.ready_file:
+            Path(spec.ready_file).unlink(missing_ok=True)  # from an earlier run
         spec.pid = start_detached(spec.argv, self.state_dir / "logs" / f"{spec.name}.log", env)
         self.state["processes"][spec.name] = asdict(spec)
         self._save()
@@ -139,11 +143,15 @@ class LocalStack:
                 for k, v in self.state.get("client", {}).items()}
 
     def wait_ready(self, spec: ProcessSpec, deadline: float) -> None:
-        """Wait until ``spec`` serves on its ready port."""
+        """Wait until ``spec`` serves on its ready port, or has created its ready file."""
+        logfile = self.state_dir / "logs" / (spec.name + ".log")
         if spec.ready_port and not wait_port(spec.ready_port, deadline, spec.pid):
             raise ClusterLaunchError(
-                f"{spec.name} did not start serving on port {spec.ready_port}; see "
-                f"{self.state_dir / 'logs' / (spec.name + '.log')}")
+                f"{spec.name} did not start serving on port {spec.ready_port}; see {logfile}")
+        if spec.ready_file and not wait_file(Path(spec.ready_file), deadline, spec.pid):
+            raise ClusterLaunchError(
+                f"{spec.name} is not ready ({'still starting' if is_alive(spec.pid) else 'exited'}"
+                f" after the deadline; a slow machine may need a longer --timeout); see {logfile}")
 
     def kill(self, name: str) -> int:
         """SIGKILL one process by name (a fault drill); returns its pid."""

@@ -10,7 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["free_ports", "start_detached", "is_alive", "terminate", "kill9", "wait_port"]
+__all__ = ["free_ports", "start_detached", "is_alive", "terminate", "kill9", "wait_port",
+           "wait_file"]
 
 
 def free_ports(count: int) -> list[int]:
@@ -100,6 +101,17 @@ def terminate(pids: Sequence[int], marker: str | None, grace_s: float = 20.0) ->
     for pid in live:
         if is_alive(pid, marker):
             kill9(pid)
+
+
+def wait_file(path: Path, deadline: float, pid: int | None = None) -> bool:
+    """Wait until ``path`` exists; False on timeout or if ``pid`` died first."""
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        if pid is not None and not is_alive(pid):
+            return path.exists()
+        time.sleep(0.2)
+    return path.exists()
 
 
 def wait_port(port: int, deadline: float, pid: int | None = None) -> bool:

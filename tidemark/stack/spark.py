@@ -16,10 +16,14 @@ def plan(stack: LocalStack) -> list[ProcessSpec]:
 
     The checkpoint is ``<state dir>/spark/<topic prefix>checkpoint``, so a stack whose topic
     prefix changes (``TIDEMARK_TOPIC_PREFIX``) does not reuse another topic set's offsets.
+    The stack counts it ready once its streaming query runs (it creates
+    ``<state dir>/spark/query-running``): the Spark session and the query take most of a
+    minute to start on a busy 2-core machine, and a restarting peer's replay waits for them.
     """
     state = str(stack.state_dir)
     checkpoint = default_checkpoint(load_settings(state_dir=stack.state_dir), state)
+    ready = str(stack.state_dir / "spark" / "query-running")
     argv = [sys.executable, "-m", "tidemark", "queues", "run", "--state-dir", state,
-            "--checkpoint", str(checkpoint), "--trigger", "500ms"]
+            "--checkpoint", str(checkpoint), "--trigger", "500ms", "--ready-file", ready]
     return [ProcessSpec(name="spark", kind="spark", argv=argv,
-                        env={"TIDEMARK_STATE_DIR": state}, ready_port=None)]
+                        env={"TIDEMARK_STATE_DIR": state}, ready_file=ready)]
