@@ -149,9 +149,11 @@ class ReplayStream:
         self.partition: int = int(self.header["partition"])
         self.node = self.header.get("node", node)
         self.lease_ms: int = int(self.header.get("lease_ms", 30_000))
+        self._renewer: threading.Thread | None = None
         if auto_renew:
-            threading.Thread(target=self._keepalive, name=f"replay-renew-{self.peer}",
-                             daemon=True).start()
+            self._renewer = threading.Thread(target=self._keepalive, daemon=True,
+                                             name=f"replay-renew-{self.peer}")
+            self._renewer.start()
 
     # ---- the request side ------------------------------------------------------------------
     def _requests(self) -> Iterator[bytes]:
@@ -309,6 +311,9 @@ class ReplayStream:
         if self._streaming:
             self._responses.cancel()
         self._finish()
+        renewer = getattr(self, "_renewer", None)
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(10.0)  # not left inside a gRPC call when the process exits
         if release and getattr(self, "pin", None):
             try:
                 self._call_json(self.address, "Unpin", {"pin": self.pin}, 5.0)
