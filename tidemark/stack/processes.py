@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["free_ports", "start_detached", "is_alive", "terminate", "kill9", "wait_port",
@@ -103,25 +103,27 @@ def terminate(pids: Sequence[int], marker: str | None, grace_s: float = 20.0) ->
             kill9(pid)
 
 
-def wait_file(path: Path, deadline: float, pid: int | None = None) -> bool:
-    """Wait until ``path`` exists; False on timeout or if ``pid`` died first."""
+def _wait_for(ready: Callable[[], bool], deadline: float, pid: int | None) -> bool:
+    """Poll ``ready`` until it holds (True) or the deadline passes; if ``pid`` dies first,
+    one last check decides."""
     while time.monotonic() < deadline:
-        if path.exists():
+        if ready():
             return True
         if pid is not None and not is_alive(pid):
-            return path.exists()
+            return ready()
         time.sleep(0.2)
-    return path.exists()
+    return ready()
+
+
+def wait_file(path: Path, deadline: float, pid: int | None = None) -> bool:
+    """Wait until ``path`` exists; False on timeout or if ``pid`` died first."""
+    return _wait_for(path.exists, deadline, pid)
 
 
 def wait_port(port: int, deadline: float, pid: int | None = None) -> bool:
     """Wait until 127.0.0.1:port accepts a connection; False on timeout or if ``pid`` died."""
-    while time.monotonic() < deadline:
-        if pid is not None and not is_alive(pid):
-            return False
+    def accepts() -> bool:
         with socket.socket() as s:
             s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.2)
-    return False
+            return s.connect_ex(("127.0.0.1", port)) == 0
+    return _wait_for(accepts, deadline, pid)
