@@ -31,9 +31,11 @@ def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
     while b & 0x80:
         b = buf[pos]
         pos += 1
-        n |= (b & 0x7F) << shift
+        # a corrupt varint past 64 bits: fastavro's C reader shifts a 64-bit integer, and
+        # the shift count wraps at 64 (x86), so byte 10 on lands in the low bits again
+        n |= (b & 0x7F) << (shift & 63)
         shift += 7
-    if shift > 63:  # a corrupt varint past 64 bits: keep the low 64, as fastavro does
+    if shift > 56:
         n &= 0xFFFFFFFFFFFFFFFF
     return (n >> 1) ^ -(n & 1), pos
 

@@ -113,3 +113,18 @@ def test_payload_reader_matches_fastavro(obj: Flat, data: st.DataObject) -> None
     assert FLAT.decode(payload) == _generic(payload) == obj
     for bad in _damaged(payload, data):
         assert _payload_view(FLAT.decode, bad) == _payload_view(_generic, bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0x80, 0xFF), max_size=13), st.integers(0, 0x7F))
+def test_a_varint_of_any_length_reads_as_fastavro_reads_it(more: list[int], last: int) -> None:
+    """Corrupt varints longer than 64 bits included: the reader must agree with the codec
+    (fastavro's C reader) on them too, or a damaged record would decode differently."""
+    import io
+
+    import fastavro
+
+    from log.fast_decoder import _read_long
+    raw = bytes(more) + bytes([last])
+    assert _read_long(raw, 0) == (fastavro.schemaless_reader(io.BytesIO(raw), {"type": "long"}),
+                                  len(raw))
