@@ -77,7 +77,7 @@ class PeerCore(Sending):
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
                            self._record_failure, self._ack, self.stats,
                            options.inbox_limit if options.inbox_limit else None,
-                           getattr(executor, "submit_many", None))
+                           getattr(executor, "submit_many", None), self._ack_many)
         self.outbox = Outbox(peer_id, self.incarnation, environment, log_port, direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
                              max_message_bytes, self.stats, self._endpoint_of)
@@ -324,6 +324,23 @@ class PeerCore(Sending):
         with self._ack_lock:
             batch = self.acks.add(value, now)
         if batch:
+            self._append_acks(batch)
+
+    def _ack_many(self, envs: list[Envelope]) -> None:
+        """:meth:`_ack` each of ``envs`` (a handled run) with one clock read and one lock."""
+        now = self.clock_ms()
+        encode = self._encode_ack
+        values = [encode(env.message_id, now) for env in envs if env.persistent]
+        if not values:
+            return
+        batches = []
+        with self._ack_lock:
+            add = self.acks.add
+            for value in values:
+                batch = add(value, now)
+                if batch:
+                    batches.append(batch)
+        for batch in batches:
             self._append_acks(batch)
 
     def _append_acks(self, batch: Iterable[bytes]) -> None:

@@ -20,14 +20,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from peer_client.context import MessageContext, Phase
+from peer_client.context import Phase
 from peer_client.dedup import DedupWindow
 from peer_client.exceptions import PayloadError
 from peer_client.handlers import Handler, HandlerRegistry
+from peer_client.jobs import Job, RunJob
 from peer_client.messages import lookup
 from peer_client.records import Envelope
 
-__all__ = ["Decision", "decide", "Job", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
+__all__ = ["Decision", "decide", "Job", "RunJob", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
            "STOPPED_PHASES", "CompletedIds", "Slots"]
 
 log = logging.getLogger("peer_client.inbox")
@@ -46,9 +47,10 @@ class CompletedIds(Protocol):
         """Remember ``message_id``; False if it was already there."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
-    """``action`` is HOLD, DROP, FAIL or RUN; ``kind``/``reason`` say why for FAIL/DROP."""
+    """``action`` is HOLD, DROP, FAIL or RUN; ``kind``/``reason`` say why for FAIL/DROP.
+    (Not frozen: a frozen dataclass costs a microsecond more per message to build.)"""
 
     action: str
     kind: str = ""
@@ -125,62 +127,16 @@ class Slots:
                 self._cond.notify(n)
 
 
-class Job:
-    """One handler invocation; ``finish`` acks or records the failure."""
-
-    __slots__ = ("env", "handler", "message", "ctx", "_finish")
-
-    def __init__(self, env: Envelope, handler: Handler, message: Any, peer_id: str,
-                 finish: Callable[["Job", BaseException | None], None]) -> None:
-        self.env = env
-        self.handler = handler
-        self.message = message
-        self.ctx = MessageContext(env.message_id, env.sender, env.message_type,
-                                  env.delivery_count, env.replay, env.timestamp_ms, peer_id,
-                                  env.persistent)
-        self._finish = finish
-
-    @property
-    def is_async(self) -> bool:
-        """Whether the handler is ``async def``."""
-        return self.handler.is_async
-
-    def run(self) -> None:
-        """Run a plain handler and finish."""
-        h = self.handler
-        try:
-            if h.takes_context:
-                h.fn(self.message, self.ctx)
-            else:
-                h.fn(self.message)
-        except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
-            self._finish(self, exc)
-            return
-        self._finish(self, None)
-
-    async def run_async(self) -> None:
-        """Run an ``async def`` handler and finish."""
-        h = self.handler
-        try:
-            if h.takes_context:
-                await h.fn(self.message, self.ctx)
-            else:
-                await h.fn(self.message)
-        except Exception as exc:  # noqa: BLE001
-            self._finish(self, exc)
-            return
-        self._finish(self, None)
-
-
 class Inbox:
     """Applies decisions: holds back, drops, reports, or submits jobs to the executor."""
 
     def __init__(self, peer_id: str, environment: str, handlers: HandlerRegistry,
-                 dedup: DedupWindow, submit: Callable[[str, Job], None],
+                 dedup: DedupWindow, submit: Callable[[str, Job | RunJob], None],
                  on_failure: Callable[[Envelope, str, str], None],
                  on_success: Callable[[Envelope], None], stats: dict[str, int],
                  limit: int | None = None,
-                 submit_many: Callable[[str, Sequence[Job]], None] | None = None) -> None:
+                 submit_many: Callable[[str, Sequence[Job]], None] | None = None,
+                 on_success_many: Callable[[list[Envelope]], None] | None = None) -> None:
         self.peer_id, self.environment = peer_id, environment
         self.handlers, self.dedup = handlers, dedup
         self.phase = Phase.CREATED
@@ -188,6 +144,7 @@ class Inbox:
         self.stats = stats
         self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
         self._submit_many = submit_many  # None: accept_many accepts one by one
+        self._on_success_many = on_success_many
         self._lock = threading.Lock()
         self._admitted = threading.Condition(self._lock)
         self._admitting = 0  # decided to RUN, not yet submitted
@@ -268,8 +225,8 @@ class Inbox:
             todo = [(env, d) for env in envs if (d := self._apply(env, phase)) is not None]
         admitted = sum(1 for _, d in todo if d.action != FAIL)
         to_run = sum(1 for _, d in todo if d.action == RUN)
-        runs: dict[str, list[Job]] = {}
-        slots, peer_id, finish = self._slots, self.peer_id, self._finish
+        runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}
+        slots = self._slots
         spare = 0  # slots taken, not used yet (given back if submitting fails)
         try:
             for env, d in todo:
@@ -287,12 +244,12 @@ class Inbox:
                         spare -= 1
                         to_run -= 1
                     assert d.handler is not None
-                    job = Job(env, d.handler, d.message, peer_id, finish)
+                    item = (env, d.handler, d.message)
                     run = runs.get(env.sender)
                     if run is None:
-                        runs[env.sender] = [job]
+                        runs[env.sender] = [item]
                     else:
-                        run.append(job)
+                        run.append(item)
             self._submit_runs(runs)
         finally:
             if spare and slots is not None:
@@ -300,10 +257,19 @@ class Inbox:
             if admitted:
                 self._admitted_done(admitted)
 
-    def _submit_runs(self, runs: dict[str, list[Job]]) -> None:
+    def _submit_runs(self, runs: dict[str, list[tuple[Envelope, Handler, Any]]]) -> None:
+        """Each sender's run as one :class:`RunJob` (plain handlers), or as single jobs
+        submitted together when one of its handlers is ``async def``."""
         assert self._submit_many is not None
-        for sender, jobs in runs.items():
-            self._submit_many(sender, jobs)
+        completed = self.completed
+        after_each = self._record_persistent if completed is not None else None
+        for sender, items in runs.items():
+            if any(h.is_async for _, h, _ in items):
+                self._submit_many(sender, [Job(env, h, m, self.peer_id, self._finish)
+                                           for env, h, m in items])
+            else:
+                self._submit(sender, RunJob(items, self.peer_id, after_each,
+                                            self._finish_run))
         runs.clear()
 
     def stop_admitting(self, phase: Phase, timeout: float) -> bool:
@@ -326,11 +292,32 @@ class Inbox:
         env = job.env
         if error is None:
             self.stats["handled"] += 1
-            completed = self.completed
-            if completed is not None and env.persistent:
-                self._record_completed(completed, env)
+            self._record_persistent(env)
             self._on_success(env)
             return
+        self._failed(env, error)
+
+    def _finish_run(self, ok: list[Envelope],
+                    failed: list[tuple[Envelope, BaseException]]) -> None:
+        """A :class:`RunJob` finished: ``ok`` are acked together, ``failed`` reported."""
+        if self._slots is not None:
+            self._slots.give(len(ok) + len(failed))
+        if ok:
+            self.stats["handled"] += len(ok)
+            if self._on_success_many is not None:
+                self._on_success_many(ok)
+            else:
+                for env in ok:
+                    self._on_success(env)
+        for env, error in failed:
+            self._failed(env, error)
+
+    def _record_persistent(self, env: Envelope) -> None:
+        completed = self.completed
+        if completed is not None and env.persistent:
+            self._record_completed(completed, env)
+
+    def _failed(self, env: Envelope, error: BaseException) -> None:
         with self._lock:
             self.dedup.forget(env.message_id)
             self.stats["handler_failed"] += 1

@@ -1,5 +1,5 @@
 """Batched delivery of replayed messages (``PeerCore.deliver_replayed_batch`` ->
-``Inbox.accept_many`` -> ``ThreadExecutor.submit_many``) behaves exactly like delivering them
+``Inbox.accept_many`` -> one ``RunJob`` per sender on the ``ThreadExecutor``) behaves exactly like delivering them
 one by one: same handler runs in per-sender order, same dedup, same stats, acks and failure
 reports; the inbox ``limit`` still bounds unfinished messages; held-back and stopping
 decisions are the same."""
@@ -22,7 +22,7 @@ from peer_client.context import Phase
 from peer_client.core import PeerCore
 from peer_client.dedup import DedupWindow
 from peer_client.handlers import HandlerRegistry
-from peer_client.inbox import Inbox, Job
+from peer_client.inbox import Inbox, Job, RunJob
 from peer_client.messages import message_type_of
 from peer_client.options import PeerOptions
 from peer_client.records import Envelope
@@ -168,8 +168,14 @@ def test_the_inbox_limit_bounds_unfinished_messages_of_a_batch() -> None:
     core.executor.close()
 
 
-def _inbox(submit_many: Any) -> tuple[Inbox, list[tuple[str, Job]], dict[str, int]]:
-    jobs: list[tuple[str, Job]] = []
+def _submitted_ids(jobs: list[tuple[str, Job | RunJob]]) -> list[str]:
+    """Message ids of the submitted jobs, in order (a RunJob holds a sender's run)."""
+    return [env.message_id for _, j in jobs
+            for env in ([j.env] if isinstance(j, Job) else [e for e, _, _ in j.items])]
+
+
+def _inbox(submit_many: Any) -> tuple[Inbox, list[tuple[str, Job | RunJob]], dict[str, int]]:
+    jobs: list[tuple[str, Job | RunJob]] = []
     stats: dict[str, int] = defaultdict(int)
     reg = HandlerRegistry()
     reg.add(lambda msg: None, BatchItem)
@@ -194,8 +200,42 @@ def test_held_back_and_stopping_decisions_are_the_same_in_a_batch() -> None:
         assert inbox.stop_admitting(Phase.STOPPED, 1.0)
         inbox.phase = Phase.NORMAL
         inbox.accept_many(live + live)
-        assert [j.env.message_id for _, j in jobs] == [e.message_id for e in live]
+        assert _submitted_ids(jobs) == [e.message_id for e in live]
         assert stats["duplicates"] == 5
+
+
+class _Store:
+    """A completed-ids store (``CompletedIds``) that lists what it recorded, in order."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self.ids
+
+    def record(self, message_id: str, now_ms: int) -> bool:
+        self.ids.append(message_id)
+        return True
+
+
+def test_a_run_records_each_id_in_the_store_as_soon_as_its_handler_returned() -> None:
+    """A sender's run is one RunJob, and the persisted store learns each id right after its
+    handler (not at the end of the run): a crash mid-run cannot repeat a handled message."""
+    store, before, acked = _Store(), [], []
+    reg = HandlerRegistry()
+    reg.add(lambda msg: before.append(list(store.ids)), BatchItem)
+    jobs: list[Any] = []
+    inbox = Inbox("B", "test", reg, DedupWindow(100), lambda k, j: jobs.append(j),
+                  lambda *a: None, acked.append, defaultdict(int), None,
+                  lambda k, js: jobs.extend(js), acked.extend)
+    inbox.completed = store
+    inbox.phase = Phase.NORMAL
+    inbox.accept_many([Envelope(f"m{i}", "A", "unit.BatchItem", ENCODE(BatchItem(i)), 1, True,
+                                "test") for i in range(4)])
+    assert len(jobs) == 1 and isinstance(jobs[0], RunJob)
+    jobs[0].run()
+    assert before == [[], ["m0"], ["m0", "m1"], ["m0", "m1", "m2"]]
+    assert store.ids == ["m0", "m1", "m2", "m3"] == [e.message_id for e in acked]
 
 
 def test_submit_many_keeps_per_key_order_with_one_at_a_time() -> None:
