@@ -30,7 +30,7 @@ from log.settings import Settings
 
 __all__ = ["watermarks", "end_offsets", "log_start_offsets", "delete_records",
            "topic_partitions", "Lookup", "is_transient", "default_timeout",
-           "DEFAULT_TIMEOUT_S", "TRANSIENT_CODES"]
+           "DEFAULT_TIMEOUT_S", "TRANSIENT_CODES", "NEW_TOPIC_GRACE_S"]
 
 T = TypeVar("T")
 
@@ -150,7 +150,7 @@ class Lookup:
 
 #: How long an unknown topic is asked for again before it counts as missing: brokers learn
 #: of a topic created through another broker a moment later.
-_NEW_TOPIC_GRACE_S = 3.0
+NEW_TOPIC_GRACE_S = 3.0
 
 
 def _consumer(settings: Settings) -> Consumer:
@@ -166,7 +166,7 @@ def _partitions(client: Consumer | AdminClient, settings: Settings, topic: str,
         meta = md.topics.get(topic)
         err = meta.error if meta is not None else None
         if meta is None or (err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            if time.monotonic() - lookup.started < _NEW_TOPIC_GRACE_S:
+            if time.monotonic() - lookup.started < NEW_TOPIC_GRACE_S:
                 # a topic created a moment ago may not be in this broker's metadata yet
                 raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
             raise TopicsMissingError([topic], settings.bootstrap)

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from log.exceptions import LogError, TopicsMissingError, UnderReplicatedError
-from log.offsets import Lookup
+from log.offsets import NEW_TOPIC_GRACE_S, Lookup
 from log.settings import TOPICS, Settings
 
 __all__ = ["TopicSpec", "topic_specs", "ensure_topics", "describe_topics", "check_replication",
@@ -86,11 +86,18 @@ def require_topics(settings: Settings, logical_topics: Iterable[str] = TOPICS,
     """
     logical = list(logical_topics)
     names = {t: settings.topic(t) for t in logical}
-    md = _metadata(AdminClient(settings.admin_config()), Lookup(settings, timeout),
-                   names.values())
-    missing = [n for n in names.values() if n not in md.topics or _unknown(md.topics[n].error)]
-    if missing:
-        raise TopicsMissingError(missing, settings.bootstrap)
+    admin, lookup = AdminClient(settings.admin_config()), Lookup(settings, timeout)
+    while True:
+        md = _metadata(admin, lookup, names.values())
+        missing = [n for n in names.values()
+                   if n not in md.topics or _unknown(md.topics[n].error)]
+        if not missing:
+            break
+        # a topic created a moment ago may not be in this broker's metadata yet (seen under
+        # CPU starvation: created and led on one broker, unknown to another for over 1 s)
+        if time.monotonic() - lookup.started >= NEW_TOPIC_GRACE_S:
+            raise TopicsMissingError(missing, settings.bootstrap)
+        time.sleep(0.2)  # back-off between metadata reads, not a synchronization
     return {t: len(md.topics[n].partitions) for t, n in names.items()}
 
 
@@ -154,9 +161,9 @@ def describe_topics(settings: Settings, timeout: float | None = None) -> dict[st
     lookup = Lookup(settings, timeout)
     wanted = [s.name for s in topic_specs(settings)]
     md = _metadata(admin, lookup, wanted)
-    for _ in range(5):  # a topic created a moment ago may not be in every broker's cache yet
-        if all(n in md.topics for n in wanted):
-            break
+    # a topic created a moment ago may not be in every broker's cache yet
+    while not all(n in md.topics for n in wanted) \
+            and time.monotonic() - lookup.started < NEW_TOPIC_GRACE_S:
         time.sleep(0.2)  # back-off between metadata reads, not a synchronization
         md = _metadata(admin, lookup, wanted)
     names = [n for n in wanted if n in md.topics]
