@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from log.codec import MARKER
@@ -317,17 +317,11 @@ class PeerCore(Sending):
 
     # ---- acks and failures ---------------------------------------------------------------
     def _ack(self, env: Envelope) -> None:
-        if not env.persistent:
-            return
-        now = self.clock_ms()
-        value = self._encode_ack(env.message_id, now)
-        with self._ack_lock:
-            batch = self.acks.add(value, now)
-        if batch:
-            self._append_acks(batch)
+        self._ack_many((env,))
 
-    def _ack_many(self, envs: list[Envelope]) -> None:
-        """:meth:`_ack` each of ``envs`` (a handled run) with one clock read and one lock."""
+    def _ack_many(self, envs: Sequence[Envelope]) -> None:
+        """Queue the Acks of handled ``envs`` (persistent ones) with one clock read and one
+        lock; append the batches that became due."""
         now = self.clock_ms()
         encode = self._encode_ack
         values = [encode(env.message_id, now) for env in envs if env.persistent]
