@@ -152,36 +152,50 @@ def raw_ack_latency(settings: Settings, rate: int, seconds: float, size: int,
     return {"p50_ms": _pct(latencies, 0.50), "p99_ms": _pct(latencies, 0.99)}
 
 
+def _stable_round(peer: Peer, msg: BenchPayload, rate: int, total: int,
+                  latencies: list[float]) -> tuple[float, float, int]:
+    """``total`` paced ``send_nowait`` at durability ``all``; returns (seconds sending,
+    seconds until the last was stable, failures)."""
+    handles, start = [], time.perf_counter()
+    for i in range(total):
+        _pace(start + i / rate)
+        sent_at = time.perf_counter()
+        handle = peer.send_nowait(f"bench-peer-{i % 100}", msg, "all")
+        handle.add_done_callback(_timer(latencies, sent_at))
+        handles.append(handle)
+    sent_s = time.perf_counter() - start
+    failed = sum(1 for h in handles if not h.wait(120) or h.exception() is not None)
+    return sent_s, time.perf_counter() - start - sent_s, failed
+
+
 def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
-                 payload_bytes: int = 150,
+                 payload_bytes: int = 150, warm_up_s: float = 2.0,
                  progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Send→stable latency: ``send_nowait`` at durability ``all`` at ``rate`` msgs/s for
     ``seconds``; p50/p99 of the time from the call to the stable cut covering the Send,
     beside the raw baseline (:func:`raw_ack_latency`, same rate, same cluster).
+    A first round of ``warm_up_s`` at the same rate is not counted: it opens the peer's
+    channels to the replicas, reads the cluster config and starts one waiter per
+    partition, which the first sends of a new peer would otherwise pay (0.4-0.6 s).
     Needs the replica nodes (``tidemark local up --replicas 2x2``) on ``settings``' topics."""
     msg = BenchPayload(os.urandom(payload_bytes))
     progress(f"raw baseline: plain producer, acks=all, {rate}/s for {seconds:g} s")
     raw = raw_ack_latency(settings, rate, seconds, payload_bytes + 60)
     total = max(1, int(rate * seconds))
     latencies: list[float] = []
-    options = PeerOptions(flight_size=max(total, 1), heartbeat_ms=60_000)
+    options = PeerOptions(flight_size=max(total, int(rate * warm_up_s), 1), heartbeat_ms=60_000)
     # the replica cluster's own environment: its nodes refuse another one's waits
     with Peer("bench-stable", settings.environment, settings, options) as peer:
-        handles, start = [], time.perf_counter()
-        for i in range(total):
-            _pace(start + i / rate)
-            sent_at = time.perf_counter()
-            handle = peer.send_nowait(f"bench-peer-{i % 100}", msg, "all")
-            handle.add_done_callback(_timer(latencies, sent_at))
-            handles.append(handle)
-        sent_s = time.perf_counter() - start
-        progress(f"sent {total} at durability all; waiting for the stable cut")
-        failed = sum(1 for h in handles if not h.wait(120) or h.exception() is not None)
-        drain_s = time.perf_counter() - start - sent_s
+        if warm_up_s > 0:
+            progress(f"warm-up: {rate}/s for {warm_up_s:g} s at durability all (not counted)")
+            _stable_round(peer, msg, rate, max(1, int(rate * warm_up_s)), [])
+        sent_s, drain_s, failed = _stable_round(peer, msg, rate, total, latencies)
+        progress(f"sent {total} at durability all; all stable {drain_s:.2f} s after the last")
     p99 = _pct(latencies, 0.99)
     # achieved_rate: how fast the sends went out (the pacing loop); drain_s: how long after
     # the last send every one of them was stable
-    return {"messages": total, "target_rate": rate, "achieved_rate": round(total / sent_s),
+    return {"messages": total, "warm_up_s": warm_up_s, "target_rate": rate,
+            "achieved_rate": round(total / sent_s),
             "drain_s": round(drain_s, 2),
             "stable_p50_ms": _pct(latencies, 0.50), "stable_p99_ms": p99, "failed": failed,
             "target_p99_ms": 100, "raw_ack_p50_ms": raw["p50_ms"], "raw_ack_p99_ms": raw["p99_ms"],

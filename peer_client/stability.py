@@ -1,7 +1,7 @@
 """Durability ``quorum`` and ``all``, answered by the replica nodes (``WaitApplied`` and
 ``WaitStable`` of the replica service): each node replies when the condition holds, so the
-peer never polls. Waits are batched per (level, partition): one call covers every Send of
-that partition appended so far."""
+peer never polls. Waits are batched per (level, partition): one call waits for the oldest
+pending Send of that partition, and its answer settles every Send below the end it reports."""
 
 from __future__ import annotations
 
@@ -99,7 +99,11 @@ class ReplicaStability:
                     f" within {self.timeout_ms / 1000:g} s" + (f": {last}" if last else "")))
             if not live:
                 return
-            target = max(w[0] for w in live)
+            # the oldest pending Send: the call returns as soon as the cut covers it, and its
+            # answer (the end the level holds to) settles every Send below that end at once.
+            # Asking for the newest made the oldest wait for the newest's whole way through
+            # the replicas (up to twice the pipeline's latency).
+            target = min(w[0] for w in live)
             budget = min(self.round_s, max(0.05, min(w[1] for w in live) - now))
             started = time.monotonic()
             try:
