@@ -39,3 +39,15 @@ def test_cpu_pressure_is_a_percentage_or_unknown() -> None:
         assert value is not None and 0.0 <= value <= 100.0
     else:
         assert value is None
+
+
+def test_a_window_measures_its_own_pressure_and_steal() -> None:
+    from tidemark.stack.settle import measure
+    cores = os.cpu_count() or 1
+    window = measure(0.2)
+    assert 0.0 <= window.steal <= cores + 0.01
+    assert window.busy + window.steal <= cores + 0.05
+    if os.path.exists("/proc/pressure/cpu"):
+        assert window.pressure is not None and 0.0 <= window.pressure <= 100.0
+    settled = wait_quiet(threshold=cores + 1, timeout_s=5, window_s=0.1)
+    assert settled.last is not None and "stolen by the host" in settled.describe(cores + 1)

@@ -9,31 +9,65 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Settled", "busy_cores", "cpu_pressure", "wait_quiet"]
+__all__ = ["Settled", "Window", "busy_cores", "cpu_pressure", "measure", "wait_quiet"]
 
 
-def _cpu_times() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+def _cpu_times() -> tuple[float, float, float]:
+    """(busy, total, steal) jiffies of the whole machine, from /proc/stat."""
     with open("/proc/stat") as f:
         fields = [float(x) for x in f.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already counted in user
-    return total - idle, total
+    steal = fields[7] if len(fields) > 7 else 0.0
+    return total - idle - steal, total, steal
+
+
+def _pressure_us() -> float | None:
+    """Linux PSI's cumulative CPU ``some`` stall time (microseconds), or None."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some "):
+                    return float(dict(kv.split("=") for kv in line.split()[1:])["total"])
+    except (OSError, KeyError, ValueError):
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the machine did over one measurement window."""
+
+    busy: float                #: cores kept busy by this machine's own tasks
+    steal: float               #: cores' worth of time the host gave to something else
+    pressure: float | None     #: % of the window some runnable task waited for a CPU (PSI)
+
+
+def measure(window_s: float = 2.0) -> Window:
+    """Busy cores, stolen time and CPU pressure over the next ``window_s`` seconds."""
+    busy0, total0, steal0 = _cpu_times()
+    psi0, t0 = _pressure_us(), time.monotonic()
+    time.sleep(window_s)  # a measurement window, not a synchronization
+    busy1, total1, steal1 = _cpu_times()
+    psi1, t1 = _pressure_us(), time.monotonic()
+    cores = os.cpu_count() or 1
+    span = max(1e-9, total1 - total0)
+    pressure = None
+    if psi0 is not None and psi1 is not None:
+        pressure = min(100.0, max(0.0, (psi1 - psi0) / max(1e-9, t1 - t0) / 1e4))
+    return Window(cores * (busy1 - busy0) / span, cores * (steal1 - steal0) / span, pressure)
 
 
 def busy_cores(window_s: float = 2.0) -> float:
     """How many cores the machine kept busy over the next ``window_s`` seconds."""
-    busy0, total0 = _cpu_times()
-    time.sleep(window_s)  # a measurement window, not a synchronization
-    busy1, total1 = _cpu_times()
-    cores = os.cpu_count() or 1
-    return cores * (busy1 - busy0) / max(1e-9, total1 - total0)
+    return measure(window_s).busy
 
 
 def cpu_pressure() -> float | None:
-    """Share of the last 10 s in which some runnable task waited for a CPU (Linux PSI,
-    ``/proc/pressure/cpu``, in percent), or None where the kernel does not report it. High
-    pressure on an idle machine means the virtual CPUs are not getting the host's CPUs."""
+    """Share of the last 10 s in which some runnable task waited for a CPU (Linux PSI
+    ``avg10``, in percent), or None where the kernel does not report it. It decays slowly:
+    right after a load it still counts that load (see :func:`measure` for a window of
+    one's own)."""
     try:
         with open("/proc/pressure/cpu") as f:
             for line in f:
@@ -51,16 +85,21 @@ class Settled:
     quiet: bool          #: whether the machine went below the threshold in time
     busy: float          #: cores busy in the last window
     waited_s: float
+    last: Window | None = None  #: the last window measured
 
     def describe(self, threshold: float) -> str:
         """One line for a report."""
         verdict = "quiet" if self.quiet else f"NOT quiet (still above {threshold:g} cores)"
-        pressure = cpu_pressure()
-        return (f"{verdict}: {self.busy:.2f} of {os.cpu_count()} cores busy after"
+        line = (f"{verdict}: {self.busy:.2f} of {os.cpu_count()} cores busy after"
                 f" {self.waited_s:.0f} s, load average "
-                + " ".join(f"{x:.2f}" for x in os.getloadavg())
-                + ("" if pressure is None else f", CPU pressure {pressure:.0f}% (PSI some,"
-                   " 10 s: time a runnable task waited for a CPU)"))
+                + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+        if self.last is not None:
+            # over the last window only: PSI's own avg10 still counts the previous load
+            line += f", stolen by the host {self.last.steal:.2f} cores"
+            if self.last.pressure is not None:
+                line += (f", CPU pressure {self.last.pressure:.0f}% (PSI some over the last"
+                         " window: time a runnable task waited for a CPU)")
+        return line
 
 
 def wait_quiet(threshold: float = 0.5, timeout_s: float = 120.0, window_s: float = 2.0,
@@ -69,13 +108,14 @@ def wait_quiet(threshold: float = 0.5, timeout_s: float = 120.0, window_s: float
     windows in a row), or until ``timeout_s``; never raises."""
     start = time.monotonic()
     below = 0
-    busy = busy_cores(window_s)
+    last = measure(window_s)
     while True:
+        busy = last.busy
         below = below + 1 if busy < threshold else 0
         waited = time.monotonic() - start
         if below >= 2:
-            return Settled(True, busy, waited)
+            return Settled(True, busy, waited, last)
         if waited >= timeout_s:
-            return Settled(False, busy, waited)
+            return Settled(False, busy, waited, last)
         progress(f"waiting for a quiet machine: {busy:.2f} cores busy (< {threshold:g} wanted)")
-        busy = busy_cores(window_s)
+        last = measure(window_s)
