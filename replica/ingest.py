@@ -145,7 +145,7 @@ class Ingestor:
     def step(self, timeout: float = 0.2) -> int:
         """Consume and apply one batch; returns the number of records consumed."""
         started_ms = int(time.time() * 1000)
-        msgs = self.consumer.raw.consume(self.batch_size, timeout)
+        msgs = self.consumer.consume_ready(self.batch_size, timeout)
         self.backlog_steps = self.backlog_steps + 1 if len(msgs) >= self.batch_size // 2 else 0
         applied = self._apply(msgs) if msgs else 0
         if not msgs:

@@ -49,13 +49,14 @@ def _bench_gc(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"store of {result['store_records']:,} records, {result['ingested_records']:,} more"
-          f" ingested in slices of {result['slice_records']:,}, GC off and on alternately")
+          f" ingested into fresh copies of it, {result['runs_per_side']} runs with GC and"
+          f" {result['runs_per_side']} without, alternating")
     ages = (("gc_min_age_0", "minimum age 0   "), ("gc_min_age_24h", "minimum age 24 h"))
     for name, label in ages:
         r = result[name]
         print(f"{label}: ingest with GC {r['tx_per_s_gc']:>9,} tx/s, without"
               f" {r['tx_per_s_no_gc']:>9,} tx/s  ratio {r['ratio']}  (GC released"
-              f" {r['gc_released_during_ingest']:,} during ingest;"
+              f" {r['gc_released_during_ingest']:,} per run during ingest;"
               f" peak RSS {r['peak_rss_mib']} MiB)")
     print(f"({'meets' if result['met'] else 'BELOW'} target ratio >= {result['target_ratio']}"
           f" at both minimum ages; load average {result['load_average_1m']})")
