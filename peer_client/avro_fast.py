@@ -111,7 +111,8 @@ def compile_object_encoder(schema: dict[str, Any], header: bytes
     record of primitive (or nullable primitive) fields; None for other schemas."""
     if schema.get("type") != "record":
         return None
-    env: dict[str, Any] = {"_hdr": header, **{f"_{k}": v for k, v in _HELPERS.items()}}
+    env: dict[str, Any] = {"_hdr": header, "_L": _SMALL,
+                           **{f"_{k}": v for k, v in _HELPERS.items()}}
     parts = []
     for i, field in enumerate(schema["fields"]):
         kind = _kind(field["type"])
@@ -121,6 +122,12 @@ def compile_object_encoder(schema: dict[str, Any], header: bytes
         get = f"o.{field['name']}"
         if nullable:
             parts.append(f"(b'\\x00' if (v{i} := {get}) is None else b'\\x02' + _{prim}(v{i}))")
+        elif prim == "bytes":  # inline when it is bytes and short; the helper checks the rest
+            parts.append(f"(_L[len(v{i})] + v{i} if type(v{i} := {get}) is bytes"
+                         f" and len(v{i}) < 8192 else _bytes(v{i}))")
+        elif prim == "string":
+            parts.append(f"(_L[len(b{i})] + b{i} if type(v{i} := {get}) is str"
+                         f" and len(b{i} := v{i}.encode()) < 8192 else _string(v{i}))")
         else:
             parts.append(f"_{prim}({get})")
     source = "def encode(o):\n    return b''.join((_hdr, " + ", ".join(parts) + "))\n"
@@ -154,7 +161,9 @@ class SendEncoder:
         n = len(payload)
         names = self._names
         sender, env = self._sender_env
-        return b"".join((self._head, string_bytes(message_id), sender,
+        mid = message_id.encode()
+        m = len(mid)
+        return b"".join((self._head, _SMALL[m] if m < 8192 else long_bytes(m), mid, sender,
                          names.get(recipient) or self._name(recipient), env,
                          names.get(message_type) or self._name(message_type),
                          _SMALL[n] if n < 8192 else long_bytes(n), payload, self._ts_bytes,
