@@ -216,7 +216,7 @@ def gc_bench(bootstrap: str | None = None, config: str | None = None,
     ensure_topics(settings)
     scratch = Path(folder or tempfile.mkdtemp(prefix="tidemark-gcbench-"))
     scratch.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, dict] = {}
+    runs: dict[str, list[tuple[bool, dict]]] = {}
     load = [_loadavg()]
     try:
         say(f"writing ~{store_records} records to fill the store")
@@ -250,25 +250,27 @@ def gc_bench(bootstrap: str | None = None, config: str | None = None,
         "ingested_records": sum(ends.values()) - sum(fill_ends.values()),
         "runs_per_side": GC_RUN_ORDER.count(True), "target_ratio": 0.8,
         "load_average_1m": [round(x[0], 2) for x in load]}
-    for name, sides in runs.items():
-        on = [r for gc_on, r in sides if gc_on]
-        off = [r for gc_on, r in sides if not gc_on]
-
-        def total(rs: list[dict], key: str) -> float:
-            return sum(r[key] for r in rs)
+    for name, done in runs.items():
+        on = [r for gc_on, r in done if gc_on]
+        off = [r for gc_on, r in done if not gc_on]
+        total = _total
         on_rate = total(on, "records") / total(on, "seconds")
         off_rate = total(off, "records") / total(off, "seconds")
         result[name] = {
             "tx_per_s_gc": round(on_rate), "tx_per_s_no_gc": round(off_rate),
             "ratio": round(on_rate / off_rate, 3),
-            "runs_tx_per_s": [[gc_on, round(r["records"] / r["seconds"])] for gc_on, r in sides],
+            "runs_tx_per_s": [[gc_on, round(r["records"] / r["seconds"])] for gc_on, r in done],
             "cpu_us_per_record_gc": round(1e6 * total(on, "cpu") / total(on, "records"), 2),
             "cpu_us_per_record_no_gc": round(1e6 * total(off, "cpu") / total(off, "records"), 2),
             "gc_released_during_ingest": round(total(on, "gc_released_during_ingest") / len(on)),
             "gc_release_per_s_ingest_idle": round(total(on, "gc_idle_release_per_s") / len(on)),
-            "peak_rss_mib": round(max(r["peak_rss_mib"] for _, r in sides), 1)}
+            "peak_rss_mib": round(max(r["peak_rss_mib"] for _, r in done), 1)}
     result["met"] = all(result[n]["ratio"] >= 0.8 for n in runs)
     return result
+
+
+def _total(runs: list[dict], key: str) -> float:
+    return sum(r[key] for r in runs)
 
 
 def _loadavg() -> tuple[float, float, float]:
