@@ -22,13 +22,13 @@ def _cpu_times() -> tuple[float, float, float]:
     return total - idle - steal, total, steal
 
 
-def _pressure_us() -> float | None:
-    """Linux PSI's cumulative CPU ``some`` stall time (microseconds), or None."""
+def _psi_some(field: str) -> float | None:
+    """One field (``avg10``, ``total``...) of Linux PSI's CPU ``some`` line, or None."""
     try:
         with open("/proc/pressure/cpu") as f:
             for line in f:
                 if line.startswith("some "):
-                    return float(dict(kv.split("=") for kv in line.split()[1:])["total"])
+                    return float(dict(kv.split("=") for kv in line.split()[1:])[field])
     except (OSError, KeyError, ValueError):
         pass
     return None
@@ -46,10 +46,10 @@ class Window:
 def measure(window_s: float = 2.0) -> Window:
     """Busy cores, stolen time and CPU pressure over the next ``window_s`` seconds."""
     busy0, total0, steal0 = _cpu_times()
-    psi0, t0 = _pressure_us(), time.monotonic()
+    psi0, t0 = _psi_some("total"), time.monotonic()
     time.sleep(window_s)  # a measurement window, not a synchronization
     busy1, total1, steal1 = _cpu_times()
-    psi1, t1 = _pressure_us(), time.monotonic()
+    psi1, t1 = _psi_some("total"), time.monotonic()
     cores = os.cpu_count() or 1
     span = max(1e-9, total1 - total0)
     pressure = None
@@ -68,14 +68,7 @@ def cpu_pressure() -> float | None:
     ``avg10``, in percent), or None where the kernel does not report it. It decays slowly:
     right after a load it still counts that load (see :func:`measure` for a window of
     one's own)."""
-    try:
-        with open("/proc/pressure/cpu") as f:
-            for line in f:
-                if line.startswith("some "):
-                    return float(dict(kv.split("=") for kv in line.split()[1:])["avg10"])
-    except (OSError, KeyError, ValueError):
-        pass
-    return None
+    return _psi_some("avg10")
 
 
 @dataclass(frozen=True)
