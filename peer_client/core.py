@@ -10,11 +10,12 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from log.codec import MARKER
 from peer_client.ack_encoding import AckEncoder
+from peer_client.acking import Acking
 from peer_client.acks import AckBatcher
 from peer_client.avro_fast import SendEncoder
 from peer_client.context import Phase
@@ -47,7 +48,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PeerCore(Sending):
+class PeerCore(Sending, Acking):
     """One peer's state and decisions; I/O goes through the ports given to it."""
 
     def __init__(self, peer_id: str, environment: str, options: PeerOptions, *,
@@ -314,63 +315,6 @@ class PeerCore(Sending):
                        "environment": self.environment, "accepted": 0,
                        "error": f"bad request: {exc}"[:300], "error_kind": "bad_request"}
         return self.encode_record("DirectReceipt", receipt)
-
-    # ---- acks and failures ---------------------------------------------------------------
-    def _ack(self, env: Envelope) -> None:
-        self._ack_many((env,))
-
-    def _ack_many(self, envs: Sequence[Envelope]) -> None:
-        """Queue the Acks of handled ``envs`` (persistent ones) with one clock read and one
-        lock; append the batches that became due."""
-        now = self.clock_ms()
-        encode = self._encode_ack
-        values = [encode(env.message_id, now) for env in envs if env.persistent]
-        if not values:
-            return
-        batches = []
-        with self._ack_lock:
-            add = self.acks.add
-            for value in values:
-                batch = add(value, now)
-                if batch:
-                    batches.append(batch)
-        for batch in batches:
-            self._append_acks(batch)
-
-    def _append_acks(self, batch: Iterable[bytes]) -> None:
-        n = 0
-        for value in batch:
-            self.log_port.append(self.peer_id, value, self._ack_cb)
-            n += 1
-        self.stats["acks"] += n
-
-    def _ack_delivered(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.stats["ack_errors"] += 1
-            log.warning("an ack of peer %s was not acknowledged by Kafka: %s (the message"
-                        " will be delivered again)", self.peer_id, err)
-
-    def flush_acks(self) -> int:
-        """Append every pending ack now; returns how many."""
-        with self._ack_lock:
-            batch = self.acks.drain()
-        self._append_acks(batch)
-        return len(batch)
-
-    def drop_pending_acks(self) -> int:
-        """Forget unappended acks (a crash in the test double)."""
-        with self._ack_lock:
-            return len(self.acks.drain())
-
-    def _record_failure(self, env: Envelope, reason: str, kind: str) -> None:
-        self.stats["failed_deliveries"] += 1
-        if not env.persistent:
-            return
-        value = self.encode_record("DeliveryFailed", {
-            "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
-            "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
-            "timestamp_ms": self.clock_ms()})
-        self.log_port.append(self.peer_id, value, self._ack_cb)
 
     def stats_snapshot(self) -> dict[str, int]:
         """Every counter of this peer."""
