@@ -29,7 +29,7 @@ def consume_ready(consumer: Consumer, max_records: int, timeout: float) -> list[
     so a reader that is faster than the fetches waits out the whole timeout on every call
     short of a full batch (measured: one record, ``consume(20000, 1.0)`` returned after
     1.0 s). A replica's ingest step reads this way (``bench ingest``: 168-172k -> 184-185k
-    tx/s; Kafka ack to applied on both replicas, p50 40-60 -> 28-37 ms at 10k msgs/s).
+    tx/s; Kafka's ack to the stable cut at 10k msgs/s, p50 40-60 -> 28-37 ms).
     """
     first = consumer.consume(1, timeout)
     if not first or max_records <= 1:
