@@ -253,17 +253,16 @@ def gc_bench(bootstrap: str | None = None, config: str | None = None,
     for name, done in runs.items():
         on = [r for gc_on, r in done if gc_on]
         off = [r for gc_on, r in done if not gc_on]
-        total = _total
-        on_rate = total(on, "records") / total(on, "seconds")
-        off_rate = total(off, "records") / total(off, "seconds")
+        on_rate = _total(on, "records") / _total(on, "seconds")
+        off_rate = _total(off, "records") / _total(off, "seconds")
         result[name] = {
             "tx_per_s_gc": round(on_rate), "tx_per_s_no_gc": round(off_rate),
             "ratio": round(on_rate / off_rate, 3),
             "runs_tx_per_s": [[gc_on, round(r["records"] / r["seconds"])] for gc_on, r in done],
-            "cpu_us_per_record_gc": round(1e6 * total(on, "cpu") / total(on, "records"), 2),
-            "cpu_us_per_record_no_gc": round(1e6 * total(off, "cpu") / total(off, "records"), 2),
-            "gc_released_during_ingest": round(total(on, "gc_released_during_ingest") / len(on)),
-            "gc_release_per_s_ingest_idle": round(total(on, "gc_idle_release_per_s") / len(on)),
+            "cpu_us_per_record_gc": round(1e6 * _total(on, "cpu") / _total(on, "records"), 2),
+            "cpu_us_per_record_no_gc": round(1e6 * _total(off, "cpu") / _total(off, "records"), 2),
+            "gc_released_during_ingest": round(_total(on, "gc_released_during_ingest") / len(on)),
+            "gc_release_per_s_ingest_idle": round(_total(on, "gc_idle_release_per_s") / len(on)),
             "peak_rss_mib": round(max(r["peak_rss_mib"] for _, r in done), 1)}
     result["met"] = all(result[n]["ratio"] >= 0.8 for n in runs)
     return result
