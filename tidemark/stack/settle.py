@@ -76,9 +76,13 @@ class Settled:
     """The outcome of :func:`wait_quiet`."""
 
     quiet: bool          #: whether the machine went below the threshold in time
-    busy: float          #: cores busy in the last window
     waited_s: float
-    last: Window | None = None  #: the last window measured
+    last: Window         #: the last window measured
+
+    @property
+    def busy(self) -> float:
+        """Cores busy in the last window."""
+        return self.last.busy
 
     def describe(self, threshold: float) -> str:
         """One line for a report."""
@@ -86,12 +90,11 @@ class Settled:
         line = (f"{verdict}: {self.busy:.2f} of {os.cpu_count()} cores busy after"
                 f" {self.waited_s:.0f} s, load average "
                 + " ".join(f"{x:.2f}" for x in os.getloadavg()))
-        if self.last is not None:
-            # over the last window only: PSI's own avg10 still counts the previous load
-            line += f", stolen by the host {self.last.steal:.2f} cores"
-            if self.last.pressure is not None:
-                line += (f", CPU pressure {self.last.pressure:.0f}% (PSI some over the last"
-                         " window: time a runnable task waited for a CPU)")
+        # over the last window only: PSI's own avg10 still counts the previous load
+        line += f", stolen by the host {self.last.steal:.2f} cores"
+        if self.last.pressure is not None:
+            line += (f", CPU pressure {self.last.pressure:.0f}% (PSI some over the last"
+                     " window: time a runnable task waited for a CPU)")
         return line
 
 
@@ -103,12 +106,12 @@ def wait_quiet(threshold: float = 0.5, timeout_s: float = 120.0, window_s: float
     below = 0
     last = measure(window_s)
     while True:
-        busy = last.busy
-        below = below + 1 if busy < threshold else 0
+        below = below + 1 if last.busy < threshold else 0
         waited = time.monotonic() - start
         if below >= 2:
-            return Settled(True, busy, waited, last)
+            return Settled(True, waited, last)
         if waited >= timeout_s:
-            return Settled(False, busy, waited, last)
-        progress(f"waiting for a quiet machine: {busy:.2f} cores busy (< {threshold:g} wanted)")
+            return Settled(False, waited, last)
+        progress(f"waiting for a quiet machine: {last.busy:.2f} cores busy"
+                 f" (< {threshold:g} wanted)")
         last = measure(window_s)
