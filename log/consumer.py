@@ -14,27 +14,10 @@ from log.offsets import watermarks
 from log.producer import LogProducer
 from log.settings import Settings
 
-__all__ = ["LogConsumer", "DeadLetterWriter", "consume_ready", "decode_or_deadletter",
-           "read_to_end"]
+__all__ = ["LogConsumer", "DeadLetterWriter", "decode_or_deadletter", "read_to_end"]
 
 _FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
                 KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
-
-
-def consume_ready(consumer: Consumer, max_records: int, timeout: float) -> list[Message]:
-    """Up to ``max_records`` messages: waits up to ``timeout`` for the first one only, then
-    takes what the client has already fetched.
-
-    ``Consumer.consume(n, t)`` returns only once it holds ``n`` messages or ``t`` has passed,
-    so a reader that is faster than the fetches waits out the whole timeout on every call
-    short of a full batch (measured: one record, ``consume(20000, 1.0)`` returned after
-    1.0 s). A replica's ingest step reads this way (``bench ingest``: 168-172k -> 184-185k
-    tx/s; Kafka's ack to the stable cut at 10k msgs/s, p50 40-60 -> 28-37 ms).
-    """
-    first = consumer.consume(1, timeout)
-    if not first or max_records <= 1:
-        return first
-    return first + consumer.consume(max_records - 1, 0)
 
 
 class LogConsumer:
@@ -56,9 +39,19 @@ class LogConsumer:
         self._consumer.seek(TopicPartition(self.settings.topic(logical_topic), partition, offset))
 
     def consume_ready(self, max_records: int = 10000, timeout: float = 0.5) -> list[Message]:
-        """Up to ``max_records`` raw messages, returning as soon as any is there
-        (:func:`consume_ready`)."""
-        return consume_ready(self._consumer, max_records, timeout)
+        """Up to ``max_records`` raw messages: waits up to ``timeout`` for the first one only, then
+        takes what the client has already fetched.
+
+        ``Consumer.consume(n, t)`` returns only once it holds ``n`` messages or ``t`` has passed,
+        so a reader that is faster than the fetches waits out the whole timeout on every call
+        short of a full batch (measured: one record, ``consume(20000, 1.0)`` returned after
+        1.0 s). A replica's ingest step reads this way (``bench ingest``: 168-172k -> 184-185k
+        tx/s; Kafka's ack to the stable cut at 10k msgs/s, p50 40-60 -> 28-37 ms).
+        """
+        first = self._consumer.consume(1, timeout)
+        if not first or max_records <= 1:
+            return first
+        return first + self._consumer.consume(max_records - 1, 0)
 
     def consume_batch(self, max_records: int = 10000, timeout: float = 0.5) -> list[Message]:
         """Up to ``max_records`` records; transient errors are skipped, fatal ones raised."""
