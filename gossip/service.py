@@ -322,13 +322,16 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
 
 
 def gossip_round(client: ReplicaClient, mine: bytes, addresses: Mapping[str, str],
-                 on_state: Callable[[NodeState], None], timeout: float,
+                 on_state: Callable[[NodeState], None] | None, timeout: float,
                  pool: ThreadPoolExecutor) -> dict[str, bool]:
     """Push ``mine`` to every address and feed each reply to ``on_state``; returns
-    ``{node: answered}``."""
+    ``{node: answered}``. With ``on_state`` None it is a push only: the replies are not
+    decoded (the receivers push their own changes)."""
     def one(node: str, address: str) -> bool:
         try:
-            on_state(NodeState.decode(client.call(address, "Gossip", mine, timeout)))
+            reply = client.call(address, "Gossip", mine, timeout)
+            if on_state is not None:
+                on_state(NodeState.decode(reply))
             return True
         except grpc.RpcError as exc:
             log.debug("gossip to %s at %s failed: %s", node, address, exc.code())

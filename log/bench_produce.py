@@ -4,8 +4,9 @@ Both run in the same process, against the same cluster, with the same durable se
 (acks=all, idempotence, RF=3, min ISR 2) and a delivery callback each, writing the same keys
 to a bench topic shaped like txlog. The raw producer sends pre-built bytes of the encoded
 record's size; the log producer builds and Avro-encodes a Send per message, as peers do.
-Two uncounted rounds of each side warm the brokers up; then rounds alternate so that neither
-side gets a warmer cluster; the median of each is reported.
+Uncounted rounds of each side warm the brokers up until both sides' rates settle
+(:func:`warm_up`); then rounds alternate so that neither side gets a warmer cluster; the
+median of each is reported.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -22,10 +23,36 @@ from log.producer import LogProducer
 from log.settings import Settings
 from log.topics import topic_specs
 
-__all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "WARM_UP_ROUNDS"]
+__all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "warm_up", "WARM_UP_ROUNDS"]
 
-#: Uncounted rounds of each side before the measured ones (brokers' JIT, page cache).
+#: Uncounted rounds of each side before the measured ones (brokers' JIT, page cache): at
+#: least this many, then more until the rates settle (:func:`warm_up`).
 WARM_UP_ROUNDS = 2
+#: The most warm-up rounds before measuring anyway.
+MAX_WARM_UP_ROUNDS = 10
+#: Warm-up ends once each side's last two rounds differ by at most this fraction.
+WARM_UP_TOLERANCE = 0.1
+
+
+def warm_up(sides: Mapping[str, Callable[[], float]],
+            progress: Callable[[str], None] = lambda m: None,
+            min_rounds: int = WARM_UP_ROUNDS, max_rounds: int = MAX_WARM_UP_ROUNDS,
+            tolerance: float = WARM_UP_TOLERANCE) -> dict[str, list[float]]:
+    """Uncounted rounds of every side (name -> one round's rate) until each side's last two
+    rates are within ``tolerance`` of each other (at least ``min_rounds``, at most
+    ``max_rounds``); returns the rates, for the report. Right after a stack starts, the
+    brokers' JIT compilers are still busy and a side can run at half its later rate for a
+    minute of load: a fixed number of rounds left that in the measured ones."""
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for w in range(max_rounds):
+        for name, run in sides.items():
+            rates[name].append(run())
+        progress(f"warm-up round {w + 1} (not counted): " + ", ".join(
+            f"{name} {r[-1]:,.0f}/s" for name, r in rates.items()))
+        if w + 1 >= min_rounds and all(
+                abs(r[-1] - r[-2]) <= tolerance * max(r[-1], r[-2]) for r in rates.values()):
+            break
+    return rates
 
 
 def bench_topic(settings: Settings) -> str:
@@ -95,12 +122,10 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
         "environment": settings.environment, "message_type": "bench.Event",
         "payload": payload, "timestamp_ms": 1_700_000_000_000, "delivery_count": 0})
     raw_value = os.urandom(len(sample))
-    # Two full uncounted rounds: right after a stack starts, the brokers' JIT compilers take
-    # a quarter of a core each for the first minute of load (measured from /proc).
-    for w in range(WARM_UP_ROUNDS):
-        progress(f"warm-up round {w + 1}/{WARM_UP_ROUNDS} (not counted)")
-        raw_produce_rate(settings, topic, keys, raw_value)
-        _run_log(settings, keys, payload)
+    # right after a stack starts, the brokers' JIT compilers take a quarter of a core each
+    # for the first minute of load (measured from /proc)
+    warm = warm_up({"raw": lambda: raw_produce_rate(settings, topic, keys, raw_value),
+                    "log": lambda: _run_log(settings, keys, payload)}, progress)
     raw_rates, log_rates = [], []
     for r in range(rounds):
         raw_rates.append(raw_produce_rate(settings, topic, keys, raw_value))
@@ -112,4 +137,5 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
             "rounds": rounds, "raw_msgs_per_s": round(raw), "log_msgs_per_s": round(ours),
             "ratio": round(ours / raw, 3), "target_ratio": 0.8,
             "raw_rounds": [round(x) for x in raw_rates],
-            "log_rounds": [round(x) for x in log_rates]}
+            "log_rounds": [round(x) for x in log_rates],
+            "warm_up_rounds": {k: [round(x) for x in v] for k, v in warm.items()}}

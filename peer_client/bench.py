@@ -9,9 +9,8 @@ The headline figure is ``Peer.post`` (fire and forget, then ``flush``); ``tracke
 ``Peer.send_nowait``, which also keeps a :class:`~peer_client.Delivery` handle per message
 alive until Kafka acknowledges it, and pays for it in garbage-collector time. The recipient
 is not registered, so nothing is delivered directly (that path is measured by the
-integration tests). Rounds alternate after an
-uncounted warm-up (:data:`~log.bench_produce.WARM_UP_ROUNDS` full rounds); medians are
-reported.
+integration tests). Rounds alternate after an uncounted warm-up that lasts until both
+sides' rates settle (:func:`~log.bench_produce.warm_up`); medians are reported.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from log.bench_produce import WARM_UP_ROUNDS, raw_produce_rate
+from log.bench_produce import raw_produce_rate, warm_up
 from log.settings import Settings
 from log.topics import delete_topic_set, ensure_topics
 from peer_client.messages import message, message_type_of
@@ -77,10 +76,9 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
                 "payload": message_type_of(msg).serializer.encode(msg),
                 "timestamp_ms": int(time.time() * 1000), "delivery_count": 0})
             raw_value, topic = os.urandom(len(sample)), bench.topic("txlog")
-            for w in range(WARM_UP_ROUNDS):  # the brokers' JIT settles first
-                progress(f"warm-up round {w + 1}/{WARM_UP_ROUNDS} (not counted)")
-                raw_produce_rate(bench, topic, keys, raw_value)
-                _peer_round(peer, keys, msg)
+            warm = warm_up({  # the brokers' JIT settles first
+                "raw": lambda: raw_produce_rate(bench, topic, keys, raw_value),
+                "Peer.post": lambda: _peer_round(peer, keys, msg)}, progress)
             raw_rates, peer_rates, tracked_rates = [], [], []
             for r in range(rounds):
                 raw_rates.append(raw_produce_rate(bench, topic, keys, raw_value))
@@ -100,7 +98,8 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
             "tracked_msgs_per_s": round(tracked), "tracked_ratio": round(tracked / raw, 3),
             "raw_rounds": [round(x) for x in raw_rates],
             "peer_rounds": [round(x) for x in peer_rates],
-            "tracked_rounds": [round(x) for x in tracked_rates]}
+            "tracked_rounds": [round(x) for x in tracked_rates],
+            "warm_up_rounds": {k: [round(x) for x in v] for k, v in warm.items()}}
 
 
 

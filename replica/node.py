@@ -304,17 +304,30 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
 
     # ---- gossip ----------------------------------------------------------------------------
     def _gossip_loop(self) -> None:
-        """Push-pull with every other node each period, and at once when we published."""
+        """Push-pull with every other node each period; in between, when we published, push
+        at once to the other replicas of our partitions only. They are the nodes whose cut
+        for those partitions (what ``WaitStable`` asks them) waits for our state; the other
+        nodes learn it at the next round, which keeps the event-driven traffic to one call
+        per co-replica instead of one per node, and leaves the replies undecoded."""
+        next_round = 0.0
         while not self.stopping.is_set():
-            self._push.wait(self.period)
+            self._push.wait(max(0.0, next_round - time.monotonic()))
             self._push.clear()
             if self.stopping.is_set():
                 return
+            now = time.monotonic()
+            full = now >= next_round
             with self.lock:
                 mine = self._mine
                 others = {n: a for n, a in self.epoch.nodes.items() if n != self.node_id}
-            gossip_round(self.peers, mine, others, self._receive, max(0.5, self.period * 2),
-                         self.pool)
+                if not full:
+                    part = self.epoch.partition_of(self.node_id)
+                    mates = set(part.replicas) | set(part.joining) if part else set()
+                    others = {n: a for n, a in others.items() if n in mates}
+            if full:
+                next_round = now + self.period
+            gossip_round(self.peers, mine, others, self._receive if full else None,
+                         max(0.5, self.period * 2), self.pool)
 
     def _receive(self, state: NodeState) -> None:
         node = state.node_id
