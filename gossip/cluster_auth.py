@@ -28,11 +28,12 @@ CLUSTER_METHODS = frozenset({"Gossip", "Status", "Digest", "Fetch"})
 #: naming the peer concerned (``Replay``: the request's ``peer``; pins: their owner, checked
 #: in ``replica.leases``), or to a cluster member's signed call (unary ones).
 PEER_METHODS = frozenset({"Replay", "Pin", "RenewPin", "Unpin"})
-#: The durability waits of peers (``quorum``/``all``). They read no queue, so any peer of the
-#: node's environment may call them: with a cluster secret and an environment, a node serves
-#: them to a peer token of that environment or to a member's signed call, and refuses
-#: another environment's token (PERMISSION_DENIED) or none (UNAUTHENTICATED).
-WAIT_METHODS = frozenset({"WaitApplied", "WaitStable"})
+#: The durability waits of peers (``quorum``/``all``) and their stream (``Watch``). They read
+#: no queue, so any peer of the node's environment may call them: with a cluster secret and
+#: an environment, a node serves them to a peer token of that environment or (unary ones) to
+#: a member's signed call, and refuses another environment's token (PERMISSION_DENIED) or
+#: none (UNAUTHENTICATED).
+WAIT_METHODS = frozenset({"WaitApplied", "WaitStable", "Watch"})
 MAX_SKEW_S = 60.0
 _TS_KEY, _MAC_KEY = "x-tidemark-ts", "x-tidemark-mac"
 _SECRETS: dict[str, bytes] = {}  # address -> secret of the cluster file that named it

@@ -185,6 +185,17 @@ class ReplicaClient:
         return ReplayStream(lambda requests: call(requests, metadata=metadata), address,
                             request, call_json, node=node, auto_renew=auto_renew)
 
+    def watch(self, address: str, partitions: Collection[int] | None = None,
+              token: str | None = None) -> Any:
+        """Open a ``Watch`` of txlog ``partitions`` (default: all the node owns) on the node at
+        ``address``: an iterator of JSON messages ``{"ends": {partition: [applied end,
+        stable end]}}`` (the first one complete, then what moved), with ``cancel()``. Raises
+        ``grpc.RpcError`` while iterating if the node refuses ``token`` or goes away."""
+        body = json.dumps({} if partitions is None else
+                          {"partitions": sorted(partitions)}).encode()
+        call = self._channel(address).stream_stream(method_path("Watch"))
+        return call(iter([body]), metadata=((TOKEN_KEY, token),) if token else None)
+
     def replay_any(self, epoch: Epoch, peer_id: str, environment: str,
                    exclude: Collection[str] = (), **options: Any) -> ReplayStream:
         """:meth:`replay` on any live replica of ``peer_id``'s partition in ``epoch``
@@ -235,8 +246,10 @@ def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None
     status code, its message, and its class name in trailing metadata. With ``secret`` and
     ``environment``, a :data:`PEER_METHODS` stream needs a peer token of ``environment``
     naming the peer of its first message (:func:`gossip.replay.request_peer`): otherwise it
-    ends with :class:`PeerAuthError` or ``PeerForbiddenError`` before ``fn`` runs."""
+    ends with :class:`PeerAuthError` or ``PeerForbiddenError`` before ``fn`` runs; a
+    :data:`WAIT_METHODS` stream needs a peer token of ``environment`` (any peer)."""
     guarded = bool(secret) and bool(environment) and name in PEER_METHODS
+    for_peers = bool(secret) and bool(environment) and name in WAIT_METHODS
 
     def handle(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         try:
@@ -246,6 +259,9 @@ def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None
                 authorize_peer(secret, _token(context), environment, request_peer(first),
                                what=name)
                 requests = chain([] if first is None else [first], requests)
+            elif for_peers:  # any peer of the environment (a durability watch)
+                assert secret and environment
+                authorize_peer(secret, _token(context), environment, what=name)
             yield from fn(requests, context)
         except ReplayError as exc:
             log.warning("%s refused or failed: %s", name, exc)

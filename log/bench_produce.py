@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from log.producer import LogProducer
 from log.settings import Settings
-from log.topics import topic_specs
+from log.topics import prefer_leaders, topic_specs
 
 __all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "warm_up", "WARM_UP_ROUNDS"]
 
@@ -68,6 +68,7 @@ def bench_topic(settings: Settings) -> str:
         except Exception as exc:  # already created by a concurrent run
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+        prefer_leaders(admin, [name], time.monotonic() + 60)
     return name
 
 

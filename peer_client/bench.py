@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 import uuid
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from log.bench_produce import raw_produce_rate, warm_up
@@ -151,20 +154,44 @@ def raw_ack_latency(settings: Settings, rate: int, seconds: float, size: int,
     return {"p50_ms": _pct(latencies, 0.50), "p99_ms": _pct(latencies, 0.99)}
 
 
+class _Tally:
+    """What the stable bench keeps per message, without an object per message: send times
+    and latencies in flat arrays (not tracked by the garbage collector, so the harness's own
+    bookkeeping does not make the interpreter's full collections, which stop every thread,
+    longer as a round goes on), and counts."""
+
+    def __init__(self, total: int) -> None:
+        self.sent_at = array("d", bytes(8 * total))
+        self.latency = array("d", bytes(8 * total))
+        self.finished = self.failed = 0
+        self.all_done = threading.Event()
+        self.total = total
+        self._lock = threading.Lock()  # callbacks come from several threads
+
+    def done(self, i: int, handle: Any) -> None:
+        self.latency[i] = time.perf_counter() - self.sent_at[i]
+        with self._lock:
+            self.failed += handle.exception() is not None
+            self.finished += 1
+            if self.finished == self.total:
+                self.all_done.set()
+
+
 def _stable_round(peer: Peer, msg: BenchPayload, rate: int, total: int,
                   latencies: list[float]) -> tuple[float, float, int]:
-    """``total`` paced ``send_nowait`` at durability ``all``; returns (seconds sending,
-    seconds until the last was stable, failures)."""
-    handles, start = [], time.perf_counter()
+    """``total`` paced ``send_nowait`` at durability ``all``; appends each latency to
+    ``latencies``; returns (seconds sending, seconds until the last was stable, failures)."""
+    tally, start = _Tally(total), time.perf_counter()
+    send, sent_at, done = peer.send_nowait, tally.sent_at, tally.done
     for i in range(total):
         _pace(start + i / rate)
-        sent_at = time.perf_counter()
-        handle = peer.send_nowait(f"bench-peer-{i % 100}", msg, "all")
-        handle.add_done_callback(_timer(latencies, sent_at))
-        handles.append(handle)
+        sent_at[i] = time.perf_counter()
+        send(f"bench-peer-{i % 100}", msg, "all").add_done_callback(partial(done, i))
     sent_s = time.perf_counter() - start
-    failed = sum(1 for h in handles if not h.wait(120) or h.exception() is not None)
-    return sent_s, time.perf_counter() - start - sent_s, failed
+    if not tally.all_done.wait(120):
+        raise RuntimeError(f"{total - tally.finished} of {total} sends not stable within 120 s")
+    latencies.extend(tally.latency)
+    return sent_s, time.perf_counter() - start - sent_s, tally.failed
 
 
 def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,

@@ -1,62 +1,252 @@
-"""Durability ``quorum`` and ``all``, answered by the replica nodes (``WaitApplied`` and
-``WaitStable`` of the replica service): each node replies when the condition holds, so the
-peer never polls. Waits are batched per (level, partition): one call waits for the oldest
-pending Send of that partition, and its answer settles every Send below the end it reports."""
+"""Durability ``quorum`` and ``all``, answered by the replica nodes: the peer holds one
+``Watch`` stream per replica node it waits on, and each node sends the applied and stable
+ends of its txlog partitions whenever they move. The bookkeeping (which waits a report
+settles) is :class:`peer_client.confirmations.Confirmations`; this module does the I/O.
+The peer never polls: a send completes on the first report that covers it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+
+import grpc
 
 from gossip.cluster_config import ConfigLog, Epoch
-from gossip.durability import wait_replicated
-from gossip.exceptions import DurabilityTimeoutError as ReplicaTimeout
 from gossip.service import ReplicaClient
 from log.settings import Settings
+from peer_client.confirmations import Confirmations
 from peer_client.exceptions import DurabilityTimeoutError, DurabilityUnavailableError
 
 __all__ = ["ReplicaStability"]
 
 log = logging.getLogger("peer_client.stability")
 Done = Callable[[BaseException | None], None]
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class ReplicaStability:
-    """A :class:`~peer_client.ports.StabilityPort` over the replica cluster of ``settings``."""
+    """A :class:`~peer_client.ports.StabilityPort` over the replica cluster of ``settings``.
+
+    One thread follows each node's ``Watch`` stream (reconnecting with a backoff when the
+    node goes away); one housekeeping thread fails the waits past their deadline, follows
+    the cluster config (owners and addresses) and closes the streams after ``idle_s``
+    without a wait."""
 
     def __init__(self, settings: Settings, timeout_ms: int, round_s: float = 5.0,
                  epoch: Callable[[], Epoch | None] | None = None,
-                 peer: tuple[str, str] | None = None, token: str | None = None) -> None:
-        """``peer`` (peer id, environment) and ``token``: the credential the waits present
+                 peer: tuple[str, str] | None = None, token: str | None = None,
+                 idle_s: float = 30.0) -> None:
+        """``peer`` (peer id, environment) and ``token``: the credential the streams present
         (``ReplicaClient.peer_token``: ``token``, else the process's setting, else one made
-        from the cluster secret if this process has it); without ``peer``, none."""
+        from the cluster secret if this process has it); without ``peer``, ``token``.
+        ``round_s`` is how often the cluster config is re-read while waits are pending."""
         self.settings = settings
         self._peer, self._token = peer, token
         self._tokens: dict[str, str | None] = {}
         self.timeout_ms = timeout_ms
         self.round_s = round_s
+        self.idle_s = idle_s
         self._epoch_fn = epoch
         self._config: ConfigLog | None = None
-        self._config_lock = threading.Lock()
         self._client = ReplicaClient()
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peer-stability")
-        self._lock = threading.Lock()
-        self._waiters: dict[tuple[str, int], list[tuple[int, float, Done]]] = {}
+        self._cond = threading.Condition()
+        self._book = Confirmations()
+        self._owners: dict[int, list[str]] = {}
+        self._addresses: dict[str, str] = {}
+        self._calls: dict[str, object] = {}      # node -> its open stream (to cancel)
+        self._followed: set[str] = set()        # nodes with a follower thread
+        self._errors: dict[str, str] = {}        # node -> why its stream failed last
+        self._unavailable: str | None = None     # why the cluster config could not be read
         self._closed = threading.Event()
+        self._house: threading.Thread | None = None
+        self._epoch_read = 0.0
+        self._last_wait = time.monotonic()
 
+    # ---- the port --------------------------------------------------------------------------
     def wait(self, level: str, partition: int, offset: int, done: Done) -> None:
         """Call ``done`` once txlog ``partition``/``offset`` holds at ``level``."""
-        key = (level, partition)
-        deadline = time.monotonic() + self.timeout_ms / 1000
-        with self._lock:
-            start = key not in self._waiters
-            self._waiters.setdefault(key, []).append((offset, deadline, done))
-        if start:
-            threading.Thread(target=self._watch, args=key, daemon=True,
-                             name=f"peer-{level}-{partition}").start()
+        now = time.monotonic()
+        deadline = now + self.timeout_ms / 1000
+        with self._cond:
+            if self._closed.is_set():
+                ready: list[Done] = []
+                error: BaseException | None = DurabilityUnavailableError("the peer is stopping")
+            else:
+                error = None
+                self._book.add(level, partition, offset, deadline, done)
+                self._last_wait = now
+                owners = self._owners.get(partition)
+                ready = self._book.settle((partition,), self._owners) if owners else []
+                if owners is None or any(n not in self._followed for n in owners):
+                    self._cond.notify_all()  # the housekeeping thread reads the config
+                if self._house is None:
+                    self._house = threading.Thread(target=self._housekeeping, daemon=True,
+                                                   name="peer-stability")
+                    self._house.start()
+        if error is not None:
+            done(error)
+        for callback in ready:
+            callback(None)
+
+    def pending(self) -> int:
+        """Sends waiting for replicas."""
+        with self._cond:
+            return len(self._book)
+
+    def close(self) -> None:
+        """Stop waiting (pending sends fail as unavailable)."""
+        with self._cond:
+            self._closed.set()
+            taken = self._book.take()
+            calls = list(self._calls.values())
+            self._cond.notify_all()
+        for call in calls:
+            call.cancel()  # type: ignore[attr-defined]
+        for _, _, w in taken:
+            w.done(DurabilityUnavailableError("the peer is stopping"))
+        self._client.close()
+        if self._config is not None:
+            self._config.close()
+
+    # ---- cluster config --------------------------------------------------------------------
+    def _epoch(self) -> Epoch:
+        if self._epoch_fn is not None:
+            epoch = self._epoch_fn()
+        elif self._config is None:
+            self._config = ConfigLog(self.settings)
+            epoch = self._config.read_to_end()
+        else:
+            epoch = self._config.poll()
+        if epoch is None:
+            raise DurabilityUnavailableError(
+                f"durability quorum/all needs replica nodes, and topic"
+                f" {self.settings.topic('config')} holds no cluster config")
+        return epoch
+
+    def _follow_config(self) -> None:
+        """Read the cluster config; start a follower for every owner of a waited partition."""
+        try:
+            epoch = self._epoch()
+        except DurabilityUnavailableError as exc:
+            self._fail_all(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - Kafka unreachable, bad config: retried
+            with self._cond:
+                self._unavailable = f"cluster config unreadable: {exc}"
+            return
+        owners = {int(tp.split("/")[1]): list(nodes) for tp, nodes in epoch.owners().items()
+                  if tp.startswith("txlog/")}
+        with self._cond:
+            self._unavailable = None
+            self._owners, self._addresses = owners, dict(epoch.nodes)
+            orphans = self._book.take([k for k in self._book.partitions() if not owners.get(k)])
+            for gone in [n for n in self._calls if n not in epoch.nodes]:
+                self._calls[gone].cancel()  # type: ignore[attr-defined]
+            wanted = {n for k in self._book.partitions() for n in owners.get(k, [])}
+            start = [n for n in wanted if n not in self._followed]
+            self._followed.update(start)
+            ready = self._book.settle(self._book.partitions(), owners)
+        for node in start:
+            threading.Thread(target=self._follow, args=(node,), daemon=True,
+                             name=f"peer-watch-{node}").start()
+        for callback in ready:
+            callback(None)
+        for level, k, w in orphans:
+            w.done(DurabilityUnavailableError(
+                f"{level} for txlog partition {k}: no replica owns txlog/{k} in epoch"
+                f" {epoch.epoch}"))
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._cond:
+            taken = self._book.take()
+        for _, _, w in taken:
+            w.done(error)
+
+    # ---- threads ---------------------------------------------------------------------------
+    def _housekeeping(self) -> None:
+        """Deadlines, the cluster config, idle streams."""
+        while not self._closed.is_set():
+            now = time.monotonic()
+            with self._cond:
+                expired = self._book.expire(now)
+                pending = len(self._book)
+                unknown = any(k not in self._owners or
+                              any(n not in self._followed for n in self._owners[k])
+                              for k in self._book.partitions())
+                idle = not pending and now - self._last_wait > self.idle_s
+                calls = list(self._calls.values()) if idle and self._calls else []
+            for level, k, w in expired:
+                w.done(self._timeout_error(level, k, w.offset))
+            if unknown or (pending and now - self._epoch_read >= self.round_s):
+                self._epoch_read = now
+                self._follow_config()
+            for call in calls:  # nothing to wait for: let the nodes' stream threads go
+                call.cancel()  # type: ignore[attr-defined]
+            with self._cond:
+                if not self._closed.is_set():
+                    self._cond.wait(0.05 if pending else 0.5)
+
+    def _follow(self, node: str) -> None:
+        """Follow ``node``'s Watch stream until idle, closed or the node leaves the config."""
+        backoff = 0.05
+        while not self._closed.is_set():
+            with self._cond:
+                address = self._addresses.get(node)
+                if address is None:
+                    break
+            call = None
+            try:
+                call = self._client.watch(address, token=self._token_for(address))
+                with self._cond:
+                    if self._closed.is_set():
+                        call.cancel()
+                        break
+                    self._calls[node] = call
+                for raw in call:
+                    msg = json.loads(raw)
+                    ends = {int(k): (int(v[0]), int(v[1]))
+                            for k, v in msg.get("ends", {}).items()}
+                    with self._cond:
+                        self._book.report(node, ends)
+                        self._errors.pop(node, None)
+                        ready = self._book.settle(ends, self._owners)
+                    for callback in ready:
+                        callback(None)
+                    backoff = 0.05
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.CANCELLED:
+                    pass  # idle, closed, or the node left the config
+                elif exc.code() in _REFUSED:
+                    self._refused(node, exc)
+                else:
+                    with self._cond:
+                        self._errors[node] = f"{node}: {exc.code().name}"
+            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                log.warning("unusable Watch message from %s: %s", node, exc)
+            with self._cond:
+                if self._calls.get(node) is call:
+                    self._calls.pop(node, None)
+                if call is not None and call.code() == grpc.StatusCode.CANCELLED \
+                        and not len(self._book):
+                    break  # idle: the next wait starts a new follower
+            self._closed.wait(backoff)
+            backoff = min(1.0, backoff * 2)
+        with self._cond:
+            self._followed.discard(node)
+            self._calls.pop(node, None)
+
+    def _refused(self, node: str, exc: grpc.RpcError) -> None:
+        """The node refused our credential: fail the waits of its partitions at once."""
+        with self._cond:
+            mine = [k for k, nodes in self._owners.items() if node in nodes]
+            taken = self._book.take(mine)
+            self._errors[node] = f"{node} refused the peer: {exc.details()}"
+        for level, k, w in taken:
+            w.done(DurabilityUnavailableError(
+                f"{level} for txlog partition {k}: Watch on {node} refused: {exc.details()}"))
 
     def _token_for(self, address: str) -> str | None:
         if self._peer is None:
@@ -65,96 +255,19 @@ class ReplicaStability:
             self._tokens[address] = self._client.peer_token(address, *self._peer, self._token)
         return self._tokens[address]
 
-    def _epoch(self) -> Epoch:
-        if self._epoch_fn is not None:
-            epoch = self._epoch_fn()
-        else:
-            with self._config_lock:
-                if self._config is None:
-                    self._config = ConfigLog(self.settings)
-                    epoch = self._config.read_to_end()
-                else:
-                    epoch = self._config.poll()
-        if epoch is None:
-            raise DurabilityUnavailableError(
-                f"durability quorum/all needs replica nodes, and topic"
-                f" {self.settings.topic('config')} holds no cluster config")
-        return epoch
-
-    def _watch(self, level: str, partition: int) -> None:
-        key, backoff, last = (level, partition), 0.05, ""
-        while not self._closed.is_set():
-            now = time.monotonic()
-            with self._lock:
-                waiters = self._waiters.get(key, [])
-                expired = [w for w in waiters if w[1] <= now]
-                live = [w for w in waiters if w[1] > now]
-                if not live:
-                    self._waiters.pop(key, None)
-                else:
-                    self._waiters[key] = live
-            for offset, _, done in expired:
-                done(DurabilityTimeoutError(
-                    f"{level} not reached for txlog partition {partition} offset {offset}"
-                    f" within {self.timeout_ms / 1000:g} s" + (f": {last}" if last else "")))
-            if not live:
-                return
-            # the oldest pending Send: the call returns as soon as the cut covers it, and its
-            # answer (the end the level holds to) settles every Send below that end at once.
-            # Asking for the newest made the oldest wait for the newest's whole way through
-            # the replicas (up to twice the pipeline's latency).
-            target = min(w[0] for w in live)
-            budget = min(self.round_s, max(0.05, min(w[1] for w in live) - now))
-            started = time.monotonic()
-            try:
-                _, end = wait_replicated(self._client, self._epoch(), partition, target,
-                                         level, budget, self._pool, self._token_for)
-            except ReplicaTimeout as exc:
-                last = str(exc)
-                if time.monotonic() - started < budget / 2:  # nodes unreachable: back off
-                    self._closed.wait(backoff)
-                    backoff = min(1.0, backoff * 2)
-                continue
-            except Exception as exc:  # noqa: BLE001 - no config, bad cluster: fail these
-                error = exc if isinstance(exc, DurabilityUnavailableError) else \
-                    DurabilityUnavailableError(f"{level} for txlog partition {partition}: {exc}")
-                self._fail(key, error)
-                continue
-            backoff = 0.05
-            with self._lock:
-                waiters = self._waiters.get(key, [])
-                # the answer covers everything below `end`, including sends that
-                # arrived while the call was out
-                reached = [w for w in waiters if w[0] < end]
-                self._waiters[key] = [w for w in waiters if w[0] >= end]
-            for _, _, done in reached:
-                done(None)
-
-    def _fail(self, key: tuple[str, int], error: BaseException) -> None:
-        with self._lock:
-            waiters = self._waiters.pop(key, [])
-            self._waiters[key] = []
-        for _, _, done in waiters:
-            done(error)
-
-    def pending(self) -> int:
-        """Sends waiting for replicas."""
-        with self._lock:
-            return sum(len(w) for w in self._waiters.values())
-
-    def close(self) -> None:
-        """Stop waiting (pending sends fail as unavailable)."""
-        self._closed.set()
-        with self._lock:
-            keys = list(self._waiters)
-        for key in keys:
-            self._fail(key, DurabilityUnavailableError("the peer is stopping"))
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
-        if self._config is not None:
-            self._config.close()
+    def _timeout_error(self, level: str, k: int, offset: int) -> DurabilityTimeoutError:
+        with self._cond:
+            owners = self._owners.get(k, [])
+            confirmed = self._book.confirmed(level, k, offset, owners)
+            errors = [self._errors[n] for n in owners if n in self._errors]
+            unavailable = self._unavailable
+        need = len(owners) // 2 + 1 if level == "quorum" else 1
+        why = "; ".join(errors + ([unavailable] if unavailable else []))
+        return DurabilityTimeoutError(
+            f"{level} not reached for txlog partition {k} offset {offset} within"
+            f" {self.timeout_ms / 1000:g} s: {len(confirmed)} of {len(owners)} replicas"
+            f" ({', '.join(owners) or 'none known'}) confirmed, {need} needed"
+            + (f" ({why})" if why else ""))
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"<ReplicaStability pending={self.pending()}>"
-
-

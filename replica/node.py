@@ -136,7 +136,7 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
             "Fetch": self.rpc_fetch, "Pin": self.rpc_pin, "Unpin": self.rpc_unpin,
             "RenewPin": self.rpc_renew_pin,
             "WaitApplied": self.rpc_wait_applied, "WaitStable": self.rpc_wait_stable},
-            workers=64, streams={"Replay": self.replay.handle},
+            workers=64, streams={"Replay": self.replay.handle, "Watch": self.rpc_watch},
             secret=self.cf.secret or None,  # gossip, status, backfill: cluster members only
             environment=self.settings.environment)  # replay, pins: peer tokens of this env
         threading.Thread(target=self._gossip_loop, name="gossip", daemon=True).start()

@@ -1,14 +1,18 @@
 """A replica node's gRPC handlers other than ``Gossip``: status, backfill (``Digest``,
-``Fetch``), GC pins and the waits of peers (``WaitApplied``, ``WaitStable``)."""
+``Fetch``), GC pins and the waits of peers (``WaitApplied``, ``WaitStable``, and their
+stream ``Watch``)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
+
+from gossip.exceptions import ReplayRefusedError
 from gossip.service import pack_records
 from replica.backfill import serve_digest
 from replica.exceptions import ReplicaError
@@ -81,6 +85,42 @@ class NodeRpc(NodeParts):
     def rpc_wait_stable(self, body: bytes) -> bytes:
         """Like ``WaitApplied``, until the universal stable cut covers the offset."""
         return self._wait(body, lambda k, o: self.ust.get(f"txlog/{k}", 0) > o)
+
+    def _ends(self, partitions: list[int]) -> dict[str, list[int]]:
+        """``{partition: [applied end, stable end]}`` of txlog ``partitions``."""
+        return {str(k): [self.store.map("txlog", k).base_end, self.ust.get(f"txlog/{k}", 0)]
+                for k in partitions}
+
+    def rpc_watch(self, requests: Iterator[bytes],
+                  context: grpc.ServicerContext) -> Iterator[bytes]:
+        """The stream behind peers' durability waits (``quorum``/``all``): one request
+        ``{partitions?}`` (default: every txlog partition this node owns), then one message
+        ``{"ends": {partition: [applied end, stable end]}, "node"}`` at once and again each
+        time an end moves (only the partitions that moved), until the caller goes away.
+        A partition this node does not own is listed once under ``"unowned"``. One stream
+        replaces a unary wait per partition and answer: the node wakes it when records
+        apply or the cut moves, and sends what changed."""
+        try:
+            req = json.loads(next(requests, b"{}") or b"{}")
+            asked = [int(k) for k in req.get("partitions", self.ingest.partitions)]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ReplayRefusedError(f"malformed Watch request: {exc}") from None
+        owned = set(self.ingest.partitions)
+        partitions = [k for k in asked if k in owned]
+        sent: dict[str, list[int]] = {}
+        first: dict[str, Any] = {"node": self.node_id,
+                                 "unowned": [k for k in asked if k not in owned]}
+        while not self.stopping.is_set() and context.is_active():
+            with self.progress:
+                ends = self._ends(partitions)
+                if ends == sent:
+                    self.progress.wait(0.5)
+                    ends = self._ends(partitions)
+            moved = {k: v for k, v in ends.items() if sent.get(k) != v}
+            if moved or first:
+                sent = ends
+                yield json.dumps({**first, "ends": moved}).encode()
+                first = {}
 
     def rpc_fetch(self, body: bytes) -> bytes:
         """Stored records of a range."""

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -30,8 +31,12 @@ from gossip.peer_auth import (
 from gossip.replay import COMPLETE, ERROR_KEY, HEADER, request_peer
 from gossip.service import ReplicaClient, method_path, sign_request, start_server
 from log.partitioner import partition_for_peer
+from log.settings import Settings
+from peer_client.exceptions import DurabilityUnavailableError
+from peer_client.stability import ReplicaStability
 from replica.config import load_cluster_file
 from replica.leases import Leases
+from tests.support import wait_for
 from tidemark.stack.processes import free_ports
 from tidemark.stack.replicas import write_cluster_file
 
@@ -196,6 +201,45 @@ def test_check_owner_outside_and_inside_a_peer_call() -> None:
             with pytest.raises(PeerForbiddenError):
                 check_owner(owner, "RenewPin")
     assert check_owner("B", "Unpin") == "B"
+
+
+def test_watch_needs_a_token_of_the_environment() -> None:
+    """The durability stream (``Watch``) is served to any peer token of the environment;
+    none, a forged one or another environment's ends the stream before anything is sent,
+    and ReplicaStability fails the waits with the refusal instead of timing out."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    served: list[int] = []
+
+    def watch(requests: Any, context: Any) -> Any:
+        served.append(1)
+        yield json.dumps({"ends": {"0": [9, 9]}}).encode()
+    server = start_server(address, {}, streams={"Watch": watch}, secret=SECRET,
+                          environment=ENV)
+    client = ReplicaClient()
+    try:
+        first = next(iter(client.watch(address, token=token("anyone"))))
+        assert json.loads(first)["ends"] == {"0": [9, 9]} and served == [1]
+        for tok, code in ((None, grpc.StatusCode.UNAUTHENTICATED),
+                          (token("A", secret="forged"), grpc.StatusCode.UNAUTHENTICATED),
+                          (token("A", env="prod"), grpc.StatusCode.PERMISSION_DENIED)):
+            with pytest.raises(grpc.RpcError) as err:
+                next(iter(client.watch(address, token=tok)))
+            assert err.value.code() == code
+        assert served == [1]  # the refused streams never reached the handler
+        epoch = Epoch(1, None, 1, {"r0": address}, (Partition("p0", (0,), ("r0",)),))
+        stab = ReplicaStability(Settings(bootstrap="unused:1"), timeout_ms=20_000,
+                                epoch=lambda: epoch, token=token("A", env="prod"))
+        got: list[BaseException | None] = []
+        try:
+            stab.wait("all", 0, 5, got.append)
+            wait_for(lambda: got, 10, 0.02, "the refusal")
+        finally:
+            stab.close()
+        assert isinstance(got[0], DurabilityUnavailableError)
+        assert "Watch on r0 refused" in str(got[0]) and "prod" in str(got[0])
+    finally:
+        server.stop(0)
+        client.close()
 
 
 def test_request_peer_reads_what_the_replica_reads() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -81,34 +81,38 @@ def test_deliver_over_loopback_with_receipts_and_refusals() -> None:
 
 
 class FakeReplica:
-    """A replica node answering WaitApplied/WaitStable when told the offset is reached."""
+    """A replica node streaming the applied and stable ends of partition 0 (``Watch``)
+    whenever a test moves them."""
 
     def __init__(self, port: int) -> None:
-        self.applied = self.stable = self.calls = 0
+        self.applied = self.stable = self.streams = 0
         self.cond = threading.Condition()
-        self.server = start_server(f"127.0.0.1:{port}", {"WaitApplied": self._applied,
-                                                          "WaitStable": self._stable}, workers=4)
+        self.stopping = False
+        self.server = start_server(f"127.0.0.1:{port}", {}, workers=4,
+                                   streams={"Watch": self._watch})
 
-    def _wait(self, body: bytes, attr: str) -> bytes:
-        req = json.loads(body)
-        self.calls += 1
-        deadline = time.monotonic() + req["timeout_ms"] / 1000
-        with self.cond:
-            while getattr(self, attr) <= req["offset"] and time.monotonic() < deadline:
-                self.cond.wait(deadline - time.monotonic())
-            return json.dumps({"reached": getattr(self, attr) > req["offset"]}).encode()
-
-    def _applied(self, body: bytes) -> bytes:
-        return self._wait(body, "applied")
-
-    def _stable(self, body: bytes) -> bytes:
-        return self._wait(body, "stable")
+    def _watch(self, requests: Any, context: Any) -> Any:
+        next(requests, None)
+        self.streams += 1
+        sent = None
+        while context.is_active() and not self.stopping:
+            with self.cond:
+                if (self.applied, self.stable) == sent:
+                    self.cond.wait(0.2)
+                now = (self.applied, self.stable)
+            if now != sent:
+                sent = now
+                yield json.dumps({"ends": {"0": list(now)}}).encode()
 
     def advance(self, applied: int, stable: int | None = None) -> None:
         with self.cond:
             self.applied = applied
             self.stable = self.stable if stable is None else stable
             self.cond.notify_all()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.server.stop(0)
 
 
 def test_quorum_and_all_are_answered_by_the_replicas() -> None:
@@ -136,7 +140,16 @@ def test_quorum_and_all_are_answered_by_the_replicas() -> None:
         wait_for(lambda: "q9" in results, 10, 0.02, "the timeout")
         assert isinstance(results["q9"], DurabilityTimeoutError)
         assert "txlog partition 0" in str(results["q9"])
+        assert "1 of 2 replicas (r0, r1) confirmed, 2 needed" in str(results["q9"])
+        # r1 goes away and comes back on its address: the peer's stream reconnects
+        replicas[1].stop()
+        stab.wait("quorum", 0, 11, lambda e: results.__setitem__("q11", e))
+        replicas[1] = FakeReplica(ports[1])
+        replicas[0].advance(12)
+        replicas[1].advance(12)
+        wait_for(lambda: "q11" in results, 10, 0.02, "the answer after a reconnect")
+        assert results["q11"] is None
     finally:
         stab.close()
         for r in replicas:
-            r.server.stop(0)
+            r.stop()

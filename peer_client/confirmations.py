@@ -1,0 +1,114 @@
+"""What the replicas confirmed, and which durability waits that settles: pure bookkeeping,
+no I/O and no threads (:class:`peer_client.stability.ReplicaStability` feeds it from the
+nodes' ``Watch`` streams and calls the callbacks it returns)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Confirmations", "Waiter", "LEVELS_WATCHED"]
+
+#: The levels the replicas answer (``log`` is Kafka's acknowledgement alone).
+LEVELS_WATCHED = ("quorum", "all")
+Done = Callable[[BaseException | None], None]
+
+
+@dataclass(order=True)
+class Waiter:
+    """One send waiting for ``level`` at txlog ``partition``/``offset`` until ``deadline``."""
+
+    offset: int
+    seq: int
+    deadline: float = field(compare=False)
+    done: Done = field(compare=False)
+
+
+class Confirmations:
+    """The applied and stable ends each node reported per txlog partition, and the waits
+    they have not settled yet.
+
+    ``quorum`` holds below the end that a majority of the partition's counting replicas
+    applied (the ``need``-th largest applied end); ``all`` below the largest stable end any
+    of them reported (every node's cut is honest, so one suffices). Ends only move forward:
+    a lower report than one already known is ignored."""
+
+    def __init__(self) -> None:
+        self.ends: dict[str, dict[int, tuple[int, int]]] = {}
+        self._waiting: dict[tuple[str, int], list[Waiter]] = {}
+        self._seq = itertools.count()
+
+    def add(self, level: str, partition: int, offset: int, deadline: float, done: Done) -> None:
+        """A send now waits for ``level`` at ``partition``/``offset``."""
+        if level not in LEVELS_WATCHED:
+            raise ValueError(f"level must be one of {', '.join(LEVELS_WATCHED)}, got {level!r}")
+        heapq.heappush(self._waiting.setdefault((level, partition), []),
+                       Waiter(offset, next(self._seq), deadline, done))
+
+    def report(self, node: str, ends: Mapping[int, tuple[int, int]]) -> None:
+        """``node`` applied txlog ``partition`` below ``ends[partition][0]`` and its stable cut
+        covers it below ``ends[partition][1]``."""
+        known = self.ends.setdefault(node, {})
+        for k, (applied, stable) in ends.items():
+            old = known.get(k, (0, 0))
+            known[k] = (max(old[0], applied), max(old[1], stable))
+
+    def end(self, level: str, partition: int, owners: Sequence[str]) -> int:
+        """Below which offset ``partition`` holds at ``level`` by the reports so far."""
+        if not owners:
+            return 0
+        if level == "quorum":
+            applied = sorted((self.ends.get(n, {}).get(partition, (0, 0))[0] for n in owners),
+                             reverse=True)
+            return applied[len(owners) // 2]  # the (majority)-th largest
+        return max(self.ends.get(n, {}).get(partition, (0, 0))[1] for n in owners)
+
+    def confirmed(self, level: str, partition: int, offset: int,
+                  owners: Sequence[str]) -> list[str]:
+        """The owners whose reports show ``offset`` holding at ``level`` on them."""
+        i = 0 if level == "quorum" else 1
+        return [n for n in owners if self.ends.get(n, {}).get(partition, (0, 0))[i] > offset]
+
+    def settle(self, partitions: Iterable[int],
+               owners: Mapping[int, Sequence[str]]) -> list[Done]:
+        """Take the waits of ``partitions`` that now hold; returns their callbacks."""
+        out: list[Done] = []
+        for k in partitions:
+            for level in LEVELS_WATCHED:
+                heap = self._waiting.get((level, k))
+                if not heap:
+                    continue
+                end = self.end(level, k, owners.get(k, ()))
+                while heap and heap[0].offset < end:
+                    out.append(heapq.heappop(heap).done)
+        return out
+
+    def expire(self, now: float) -> list[tuple[str, int, Waiter]]:
+        """Take every wait whose deadline passed: ``(level, partition, waiter)``."""
+        out: list[tuple[str, int, Waiter]] = []
+        for (level, k), heap in self._waiting.items():
+            if any(w.deadline <= now for w in heap):
+                keep = [w for w in heap if w.deadline > now]
+                out.extend((level, k, w) for w in heap if w.deadline <= now)
+                heapq.heapify(keep)
+                self._waiting[(level, k)] = keep
+        return out
+
+    def take(self, partitions: Iterable[int] | None = None) -> list[tuple[str, int, Waiter]]:
+        """Take every wait (of ``partitions``, or all): to fail them."""
+        wanted = None if partitions is None else set(partitions)
+        out: list[tuple[str, int, Waiter]] = []
+        for (level, k), heap in list(self._waiting.items()):
+            if wanted is None or k in wanted:
+                out.extend((level, k, w) for w in heap)
+                del self._waiting[(level, k)]
+        return out
+
+    def partitions(self) -> set[int]:
+        """The partitions with a pending wait."""
+        return {k for (_, k), heap in self._waiting.items() if heap}
+
+    def __len__(self) -> int:
+        return sum(len(heap) for heap in self._waiting.values())
