@@ -195,14 +195,17 @@ def _stable_round(peer: Peer, msg: BenchPayload, rate: int, total: int,
 
 
 def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
-                 payload_bytes: int = 150, warm_up_s: float = 2.0,
+                 payload_bytes: int = 150, warm_up_s: float = 10.0,
                  progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Send→stable latency: ``send_nowait`` at durability ``all`` at ``rate`` msgs/s for
     ``seconds``; p50/p99 of the time from the call to the stable cut covering the Send,
     beside the raw baseline (:func:`raw_ack_latency`, same rate, same cluster).
     A first round of ``warm_up_s`` at the same rate is not counted: it opens the peer's
-    channels to the replicas, reads the cluster config and starts one waiter per
-    partition, which the first sends of a new peer would otherwise pay (0.4-0.6 s).
+    streams to the replicas and reads the cluster config, which the first sends of a new
+    peer would otherwise pay (0.4-0.6 s), and it takes the first seconds of load on replica
+    nodes that have just started (``make bench`` starts them right before this bench): on
+    one stack, the first 5 s round after their start gave p99 112-160 ms and the next ones
+    63-75 ms (2026-11-24, 2 s warm-up).
     Needs the replica nodes (``tidemark local up --replicas 2x2``) on ``settings``' topics."""
     msg = BenchPayload(os.urandom(payload_bytes))
     progress(f"raw baseline: plain producer, acks=all, {rate}/s for {seconds:g} s")
