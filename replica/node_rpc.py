@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -60,36 +60,40 @@ class NodeRpc(NodeParts):
         by ``max_bytes`` when asked (:func:`replica.backfill.serve_digest`)."""
         return serve_digest(self.store, body)
 
-    def _wait(self, body: bytes, reached: Callable[[int, int], bool]) -> bytes:
-        """Block until ``reached(partition, offset)`` or the request's deadline."""
+    def _end(self, k: int) -> tuple[int, int]:
+        """(applied end, stable end) of txlog partition ``k`` on this node."""
+        return self.store.map("txlog", k).base_end, self.ust.get(f"txlog/{k}", 0)
+
+    def _ends(self, partitions: list[int]) -> dict[str, list[int]]:
+        """``{partition: [applied end, stable end]}`` of txlog ``partitions``."""
+        return {str(k): list(self._end(k)) for k in partitions}
+
+    def _wait(self, body: bytes, which: int) -> bytes:
+        """Block until end ``which`` (0 applied, 1 stable) of the request's partition passes
+        its offset, or the request's deadline."""
         req = json.loads(body)
         k, offset = int(req["partition"]), int(req["offset"])
         if k not in self.ingest.partitions:
             raise ReplicaError(f"{self.node_id} does not own txlog/{k}")
         deadline = time.monotonic() + min(float(req.get("timeout_ms", 5000)), 60_000) / 1000
         with self.progress:
-            while not reached(k, offset) and not self.stopping.is_set():
+            while self._end(k)[which] <= offset and not self.stopping.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self.progress.wait(min(left, 0.5))
-        return json.dumps({"reached": reached(k, offset), "node": self.node_id,
-                           "applied_end": self.store.map("txlog", k).base_end,
-                           "stable_end": self.ust.get(f"txlog/{k}", 0)}).encode()
+        applied, stable = self._end(k)
+        return json.dumps({"reached": (applied, stable)[which] > offset, "node": self.node_id,
+                           "applied_end": applied, "stable_end": stable}).encode()
 
     def rpc_wait_applied(self, body: bytes) -> bytes:
         """``{partition, offset, timeout_ms}`` -> ``{reached, ...}`` once this node applied
         txlog offset ``offset`` (its contiguous base covers it) or the timeout passed."""
-        return self._wait(body, lambda k, o: self.store.map("txlog", k).base_end > o)
+        return self._wait(body, 0)
 
     def rpc_wait_stable(self, body: bytes) -> bytes:
         """Like ``WaitApplied``, until the universal stable cut covers the offset."""
-        return self._wait(body, lambda k, o: self.ust.get(f"txlog/{k}", 0) > o)
-
-    def _ends(self, partitions: list[int]) -> dict[str, list[int]]:
-        """``{partition: [applied end, stable end]}`` of txlog ``partitions``."""
-        return {str(k): [self.store.map("txlog", k).base_end, self.ust.get(f"txlog/{k}", 0)]
-                for k in partitions}
+        return self._wait(body, 1)
 
     def rpc_watch(self, requests: Iterator[bytes],
                   context: grpc.ServicerContext) -> Iterator[bytes]:
