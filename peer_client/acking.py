@@ -1,5 +1,5 @@
-"""The ack side of the peer core: Acks of handled messages, batched, and the DeliveryFailed
-record of a handler that raised.
+"""The ack side of the peer core: acks of handled messages, batched (one AckBatch record per
+batch), and the DeliveryFailed record of a handler that raised.
 
 Mixed into :class:`peer_client.core.PeerCore`, like :mod:`peer_client.sending`.
 """
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from peer_client.ack_encoding import chunks
 from peer_client.acks import AckBatcher
 from peer_client.ports import LogPort
 from peer_client.records import Envelope
@@ -31,36 +32,37 @@ class Acking:
     log_port: LogPort
     encode_record: Callable[[str, dict[str, Any]], bytes]
     _ack_lock: threading.Lock
-    _encode_ack: Callable[[str, int], bytes]
+    _encode_acks: Callable[[Sequence[str], int], bytes]
     _ack_cb: Callable[[Any, Any], None]
 
     def _ack(self, env: Envelope) -> None:
         self._ack_many((env,))
 
     def _ack_many(self, envs: Sequence[Envelope]) -> None:
-        """Queue the Acks of handled ``envs`` (persistent ones) with one clock read and one
-        lock; append the batches that became due."""
-        now = self.clock_ms()
-        encode = self._encode_ack
-        values = [encode(env.message_id, now) for env in envs if env.persistent]
-        if not values:
+        """Queue the acks of handled ``envs`` (persistent ones) under one lock; append the
+        batches that became due, each as one AckBatch record."""
+        ids = [env.message_id for env in envs if env.persistent]
+        if not ids:
             return
+        now = self.clock_ms()
         batches = []
         with self._ack_lock:
             add = self.acks.add
-            for value in values:
-                batch = add(value, now)
+            for mid in ids:
+                batch = add(mid, now)
                 if batch:
                     batches.append(batch)
         for batch in batches:
             self._append_acks(batch)
 
-    def _append_acks(self, batch: Iterable[bytes]) -> None:
-        n = 0
-        for value in batch:
-            self.log_port.append(self.peer_id, value, self._ack_cb)
-            n += 1
-        self.stats["acks"] += n
+    def _append_acks(self, batch: Sequence[str]) -> None:
+        """Append the acks of ``batch`` (message ids) as AckBatch records."""
+        if not batch:
+            return
+        now = self.clock_ms()
+        for ids in chunks(batch, self.acks.max_batch):
+            self.log_port.append(self.peer_id, self._encode_acks(ids, now), self._ack_cb)
+        self.stats["acks"] += len(batch)
 
     def _ack_delivered(self, err: Any, msg: Any) -> None:
         if err is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from log.codec import MARKER
-from peer_client.ack_encoding import AckEncoder
+from peer_client.ack_encoding import AckBatchEncoder
 from peer_client.acking import Acking
 from peer_client.acks import AckBatcher
 from peer_client.avro_fast import SendEncoder
@@ -73,7 +73,7 @@ class PeerCore(Sending, Acking):
         self.handlers = handlers.copy() if handlers is not None else HandlerRegistry()
         self.dedup = DedupWindow(options.dedup_window)
         self.flight = FlightControl(options.flight_size, options.flight_mode)
-        self.acks: AckBatcher[bytes] = AckBatcher(options.ack_batch, options.ack_linger_ms)
+        self.acks: AckBatcher[str] = AckBatcher(options.ack_batch, options.ack_linger_ms)
         self._ack_lock = threading.Lock()
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
                            self._record_failure, self._ack, self.stats,
@@ -86,7 +86,7 @@ class PeerCore(Sending, Acking):
         self.encode_record = self._codec.encode
         self._seq = itertools.count(1)
         self._id_prefix = f"{self.incarnation}-"
-        self._encode_ack = AckEncoder(self._codec, peer_id, environment).encode
+        self._encode_acks = AckBatchEncoder(self._codec, peer_id, environment).encode
         self._send_encoder = SendEncoder(MARKER + self._codec.fingerprint_of("Send"),
                                          peer_id, environment)
         self._last_heartbeat = 0

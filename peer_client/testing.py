@@ -343,9 +343,10 @@ class TestBus:
             mid = rec.record.get("message_id", "")
             if rec.name == "Send" and (all_sends or mid not in acked):
                 queue.setdefault(mid, rec)
-            elif rec.name == "Ack" and not all_sends:
-                acked.add(mid)
-                queue.pop(mid, None)
+            elif rec.name in ("Ack", "AckBatch") and not all_sends:
+                for one in rec.record.get("message_ids") or (mid,):
+                    acked.add(one)
+                    queue.pop(one, None)
             elif rec.name == "Purge" and not all_sends:
                 queue.clear()
             elif rec.name == "DeliveryFailed":
@@ -364,8 +365,20 @@ class TestBus:
         return self._of("Send", peer_id)
 
     def acks(self, peer_id: str | None = None) -> list[dict[str, Any]]:
-        """Ack records in txlog (by ``peer_id`` if given)."""
-        return self._of("Ack", peer_id)
+        """The acks in txlog (by ``peer_id`` if given), one ``{message_id, peer, environment,
+        timestamp_ms}`` per acked id: a peer appends them as AckBatch records."""
+        out: list[dict[str, Any]] = []
+        for r in self.records:
+            if peer_id is not None and r.key != peer_id:
+                continue
+            if r.name == "Ack":
+                out.append(r.record)
+            elif r.name == "AckBatch":
+                out.extend({"message_id": mid, "peer": r.record["peer"],
+                            "environment": r.record["environment"],
+                            "timestamp_ms": r.record["timestamp_ms"]}
+                           for mid in r.record["message_ids"])
+        return out
 
     def failures(self, peer_id: str | None = None) -> list[dict[str, Any]]:
         """DeliveryFailed records in txlog (of ``peer_id`` if given)."""

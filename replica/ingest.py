@@ -44,7 +44,7 @@ _FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILE
 def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
                 decode: Callable = default_codec().decode) -> str | None:
     """Put one txlog record and its index entries into ``batch``; returns a dead-letter
-    reason instead when the record is not a valid Send/Ack/Purge."""
+    reason instead when the record is not a valid Send/Ack/AckBatch/Purge/DeliveryFailed."""
     try:
         dec = decode(value)
     except CodecError as exc:
@@ -57,6 +57,11 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
     elif name == "Ack":
         batch.put_record(partition, offset, value)
         batch.wb.put(ack_key(partition, rec["peer"], rec["message_id"]), _Q.pack(offset))
+    elif name == "AckBatch":  # one index entry per id, each naming the batch's offset
+        batch.put_record(partition, offset, value)
+        at, peer, put = _Q.pack(offset), rec["peer"], batch.wb.put
+        for mid in rec["message_ids"]:
+            put(ack_key(partition, peer, mid), at)
     elif name == "Purge":
         batch.put_record(partition, offset, value)
         batch.wb.put(purge_prefix(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),

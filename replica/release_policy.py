@@ -19,6 +19,8 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
   sender's retry) or a Send the Ack beat must still find it. When the Ack is visited, an
   expiry ``E k <due ms> <ack offset>`` is written; after ``ack_window_ms`` past the Ack's
   timestamp the entry is dropped (if it still names that Ack).
+- An AckBatch is visited as the Acks of each of its ids, in order; their expiries are
+  ``E k <due ms> <batch offset> <4-byte index in the batch>``.
 - A Purge index entry is dropped when its Purge is visited: every Send before it has been
   decided by then.
 - A DeliveryFailed record (a handler failure of the recipient, kept for delivery counts)
@@ -58,6 +60,9 @@ _H = struct.Struct(">H")
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _STATE = struct.Struct(">qqq")
+ACK_BATCH = 3                 # the kind of an AckBatch in what _fields returns
+#: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``
+BatchFields = tuple[int, bytes, list[bytes], int]
 
 
 @dataclass
@@ -199,17 +204,20 @@ def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
             break
         n += 1
         index = ack_prefix(k) + suffix
-        work.batch.delete_if(index, key[-8:])  # unless a later Ack took the entry over
+        at = key[len(prefix) + 8:len(prefix) + 16]  # the Ack (or AckBatch) offset
+        work.batch.delete_if(index, at)  # unless a later Ack took the entry over
         work.batch.delete(key)
         work.ops += 1
         work.maybe_commit()
     return n
 
 
-def _fields(readers: dict[bytes, Callable[[bytes], Fields]], value: bytes) -> Fields | None:
+def _fields(readers: dict[bytes, Callable[[bytes], Fields]], value: bytes
+            ) -> Fields | BatchFields | None:
     """``(kind, peer, message id, timestamp)`` of a stored record: the fast reader for the
-    current schemas, the codec for anything else (an older writer schema); None if neither
-    can read it (ingest never stores such a record)."""
+    current schemas, the codec for anything else (an older writer schema); for an AckBatch
+    ``(ACK_BATCH, peer, [message ids], timestamp)``; None if nothing can read it (ingest
+    never stores such a record)."""
     read = readers.get(value[:10])
     if read is not None:
         try:
@@ -225,6 +233,9 @@ def _fields(readers: dict[bytes, Callable[[bytes], Fields]], value: bytes) -> Fi
         return SEND, rec["recipient"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
     if dec.name == "Ack":
         return ACK, rec["peer"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
+    if dec.name == "AckBatch":
+        return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
+                rec["timestamp_ms"])
     if dec.name == "Purge":
         return PURGE, rec["peer"].encode(), b"", rec["timestamp_ms"]
     if dec.name == "DeliveryFailed":  # counts a delivery of (peer, message id): goes like one
@@ -257,7 +268,7 @@ def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
         if fields is None:  # never stored by ingest; keep it, move on
             state.cursor = off + 1
             continue
-        kind, peer, msg_id, ts = fields
+        kind, peer, msg_id, ts = fields  # msg_id: the ids of an AckBatch
         if ts > old_enough:
             if state.blocked_at != off:
                 state.blocked_at, state.blocked_ms = off, now_ms
@@ -266,6 +277,7 @@ def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
                 state.cursor = off
                 return False, visited
         if kind == SEND:
+            assert isinstance(msg_id, bytes)
             acked = get(aprefix + peer + b"\0" + msg_id)
             if (acked is not None and _Q.unpack(acked)[0] < point) or (
                     peer in purging and _purged_between(store, uprefix + peer + b"\0", off,
@@ -273,13 +285,19 @@ def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
                 work.delete_record(off)
             else:
                 work.put_pending(peer, msg_id, off)
-        elif kind == ACK:
+        elif kind in (ACK, ACK_BATCH):
             work.delete_record(off)
-            work.release_pending(peer, msg_id)
-            suffix = peer + b"\0" + msg_id
-            if get(aprefix + suffix) == _Q.pack(off):
-                due = ts + policy.ack_window_ms
-                work.batch.put(_expiry_prefix(k) + _Q.pack(max(0, due)) + _Q.pack(off), suffix)
+            at = _Q.pack(off)
+            expiry = _expiry_prefix(k) + _Q.pack(max(0, ts + policy.ack_window_ms)) + at
+            ids = msg_id if isinstance(msg_id, list) else None
+            for i, mid in enumerate(ids if ids is not None else (msg_id,)):
+                assert isinstance(mid, bytes)
+                work.release_pending(peer, mid)
+                suffix = peer + b"\0" + mid
+                if get(aprefix + suffix) == at:
+                    work.batch.put(expiry + (_I.pack(i) if ids is not None else b""), suffix)
+            if ids is not None:
+                visited += max(0, len(ids) - 1)  # a batch weighs its ids in the budget
         else:  # PURGE
             work.delete_record(off)
             work.release_pending(peer, None)

@@ -14,7 +14,7 @@ SCHEMA_DIR = Path(__file__).resolve().parent
 SCHEMA_NAMES = (
     "Send", "Ack", "Purge", "QueueEntry", "QueueProgress",
     "PeerDescriptor", "ClusterConfig", "NodeState", "DeliveryFailed", "DirectBatch",
-    "DirectReceipt",
+    "DirectReceipt", "AckBatch",
 )
 
 #: Earlier versions of evolved schemas, still accepted as writer schemas: (name, file stem).

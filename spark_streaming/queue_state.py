@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["SEND", "ACK", "PURGE", "FAIL", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS",
+__all__ = ["SEND", "ACK", "ACK_BATCH", "PURGE", "FAIL", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS",
            "DEFAULT_DEDUP_WINDOW_MS", "DEFAULT_DELIVERY_LIMIT", "Letter", "MAX_ID_BYTES",
            "CHUNK_IDS", "CHUNK_BYTES", "GC_CHUNKS",
            "Event", "Change", "Ttl", "Entry", "Fifo", "PeerMeta", "Chunk", "PeerPlan",
@@ -57,6 +57,7 @@ __all__ = ["SEND", "ACK", "PURGE", "FAIL", "DEDUP", "EARLY", "DEFAULT_ACK_TTL_MS
            "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
 
 SEND, ACK, PURGE, FAIL = "Send", "Ack", "Purge", "DeliveryFailed"
+ACK_BATCH = "AckBatch"  # the job applies it as the Acks of its ids (spark_streaming.transform)
 #: Memory classes, each with its own expiry FIFO: acked/purged ids, and early acks.
 DEDUP, EARLY = 0, 1
 #: How long (in the peer's log time) an early ack is remembered: 24 hours.

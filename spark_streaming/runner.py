@@ -30,7 +30,7 @@ from spark_streaming.queue_state import (
 
 __all__ = ["JobProcess", "expected_queues"]
 
-_KINDS = ("Send", "Ack", "Purge", "DeliveryFailed")  # what the job applies from txlog
+_KINDS = ("Send", "Ack", "AckBatch", "Purge", "DeliveryFailed")  # what the job applies from txlog
 
 
 class JobProcess:
@@ -172,11 +172,11 @@ def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
                     if q[mid] >= delivery_limit:  # dead-lettered; remembered like an early ack
                         del q[mid]
                         gone[mid] = max(gone.get(mid, 0), now + ack_ttl_ms)
-            elif decoded.name == "Ack":  # remembered until: the longest of all reasons
-                mid = rec["message_id"]
-                keep = dedup_window_ms if mid in q else ack_ttl_ms
-                q.pop(mid, None)
-                gone[mid] = max(gone.get(mid, 0), now + keep)
+            elif decoded.name in ("Ack", "AckBatch"):  # remembered until: the longest
+                for mid in rec.get("message_ids") or [rec.get("message_id", "")]:
+                    keep = dedup_window_ms if mid in q else ack_ttl_ms
+                    q.pop(mid, None)
+                    gone[mid] = max(gone.get(mid, 0), now + keep)
             else:
                 for mid in q:
                     gone[mid] = max(gone.get(mid, 0), now + dedup_window_ms)

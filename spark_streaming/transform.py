@@ -30,6 +30,7 @@ from log.exceptions import CodecError
 from spark_streaming.queue_expiry import expiry_chunks, expiry_reads, plan_expiry
 from spark_streaming.queue_state import (
     ACK,
+    ACK_BATCH,
     FAIL,
     MAX_ID_BYTES,
     PURGE,
@@ -71,12 +72,24 @@ INPUT_COLUMNS = ("key", "value", "partition", "offset")
 OUTPUT_SCHEMA = ("kind string, key binary, value binary, partition int, offset long,"
                  " reason string, count int")
 ENTRY, TOMBSTONE, DEAD, MARK, LETTER = "entry", "tombstone", "dead", "mark", "letter"
-_PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer", FAIL: "peer"}
+_PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer", FAIL: "peer",
+               ACK_BATCH: "peer"}
 #: Column names of the output rows, in :data:`OUTPUT_SCHEMA` order.
 OUTPUT_COLUMNS = ("kind", "key", "value", "partition", "offset", "reason", "count")
 _COLUMNS = list(OUTPUT_COLUMNS)
 _Id = tuple[str, str]                # (peer, message id)
 _ChunkId = tuple[str, int, int]      # (peer, fifo, seq)
+
+
+def _events(peer: str | None, decoded_name: str, record: dict[str, Any], offset: int
+            ) -> list[Event]:
+    """The events of one txlog record: an AckBatch is the Acks of its ids, in order."""
+    if decoded_name != ACK_BATCH:
+        return [_event(peer, decoded_name, record, offset)]
+    _event(peer, decoded_name, record, offset)  # checks the key against the peer
+    return [_event(peer, ACK, {"peer": record["peer"], "message_id": mid,
+                               "timestamp_ms": record["timestamp_ms"]}, offset)
+            for mid in record["message_ids"]]
 
 
 def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: int) -> Event:
@@ -194,6 +207,7 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
     reader = _READERS.get(id(codec))
     if reader is None or reader.codec is not codec:
         reader = _READERS[id(codec)] = RecordReader(codec, (SEND, ACK, PURGE, FAIL))
+        # (an AckBatch is not flat: the codec decodes it, once per batch of acks)
     rows = rows.sort_values(["partition", "offset"], kind="stable")
     out: list[tuple[Any, ...]] = []
     events: dict[str, list[Event]] = {}
@@ -204,14 +218,14 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
         peer = _peer_of(key)
         try:
             decoded = reader.decode(None if value is None else bytes(value))
-            event = _event(peer, decoded.name, decoded.record, off)
+            found = _events(peer, decoded.name, decoded.record, off)
         except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
             out.append((DEAD, bytes(key) if key is not None and len(key) else None,
                         None if value is None else bytes(value), part, off,
                         f"{type(exc).__name__}: {exc}", 0))
             continue
         assert peer is not None
-        events.setdefault(peer, []).append(event)
+        events.setdefault(peer, []).extend(found)
         where[(peer, off)] = part
     changes = apply_batch(maps, events, ttl) if events else {}
     sends: dict[int, bytes] | None = None  # txlog offset -> Send bytes, built for letters

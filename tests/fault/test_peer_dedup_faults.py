@@ -129,8 +129,8 @@ def acked_by(settings: Settings, peer_id: str) -> set[str]:
             if m.key() != peer_id.encode():
                 continue
             dec = codec.decode(m.value())
-            if dec.name == "Ack" and dec.record["peer"] == peer_id:
-                out.add(dec.record["message_id"])
+            if dec.name in ("Ack", "AckBatch") and dec.record["peer"] == peer_id:
+                out.update(dec.record.get("message_ids") or [dec.record.get("message_id")])
     return out
 
 

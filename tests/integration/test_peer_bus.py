@@ -89,7 +89,8 @@ def test_10k_persistent_messages_exactly_once_in_order_with_acks(fresh_settings:
     assert len({mid for mid, _ in seen}) == 10_000
     records = _txlog(fresh_settings)
     sends = [r for k, name, r in records if name == "Send" and k == "B"]
-    acks = Counter(r["message_id"] for k, name, r in records if name == "Ack" and k == "B")
+    acks = Counter(mid for k, name, r in records if name == "AckBatch" and k == "B"
+                   for mid in r["message_ids"])
     assert len(sends) == 10_000 and {s["message_id"] for s in sends} == {m for m, _ in seen}
     assert all(s["direct_incarnation"] == incarnation for s in sends)
     assert set(acks) == {m for m, _ in seen} and set(acks.values()) == {1}

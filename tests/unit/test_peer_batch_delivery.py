@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from log.codec import default_codec
 from peer_client import MessageContext, message
-from peer_client.ack_encoding import AckEncoder
+from peer_client.ack_encoding import MAX_BATCH_BYTES, AckBatchEncoder, chunks
 from peer_client.context import Phase
 from peer_client.core import PeerCore
 from peer_client.dedup import DedupWindow
@@ -59,7 +59,11 @@ class Log:
     def publish(self, peer_id: str, desc: Any, on_delivery: Any = None) -> None: ...
 
     def ids(self, name: str) -> list[str]:
+        """Message ids of the ``name`` records (``Ack``: of the AckBatch records)."""
         with self.lock:
+            if name == "Ack":
+                return sorted(m for n, r in self.records if n == "AckBatch"
+                              for m in r["message_ids"])
             return sorted(r["message_id"] for n, r in self.records if n == name)
 
 
@@ -272,17 +276,32 @@ def test_submit_many_keeps_per_key_order_with_one_at_a_time() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(min_size=1).filter(lambda s: "\0" not in s), st.text(min_size=1),
-       st.one_of(st.text(), st.text(min_size=60, max_size=70)),
+       st.lists(st.one_of(st.text(), st.text(min_size=60, max_size=70)), max_size=5),
        st.lists(st.integers(-(1 << 63), (1 << 63) - 1), min_size=1, max_size=3))
-def test_the_ack_encoding_is_the_codecs(peer: str, environment: str, mid: str,
-                                        stamps: list[int]) -> None:
+def test_the_ack_batch_encoding_is_the_codecs(peer: str, environment: str, mids: list[str],
+                                              stamps: list[int]) -> None:
     port = Log()
     core = PeerCore(peer, environment, PeerOptions(), log_port=port, direct=port,
                     directory_port=port, stability=None, executor=ThreadExecutor(1),
                     max_message_bytes=1 << 20)
-    enc = AckEncoder(CODEC, peer, environment)
+    enc = AckBatchEncoder(CODEC, peer, environment)
     assert enc.encode == enc.encode_fast
-    for ts in stamps + stamps:  # the last millisecond's encoding is reused
-        assert enc.encode(mid, ts) == core._encode_ack(mid, ts) == CODEC.encode("Ack", {
-            "message_id": mid, "peer": peer, "environment": environment, "timestamp_ms": ts})
+    for ts in stamps:
+        want = CODEC.encode("AckBatch", {"peer": peer, "environment": environment,
+                                         "message_ids": mids, "timestamp_ms": ts})
+        assert enc.encode(mids, ts) == core._encode_acks(mids, ts) == want
+        assert CODEC.decode(want).record["message_ids"] == mids
     core.executor.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=40), max_size=60), st.integers(1, 10),
+       st.integers(1, 200))
+def test_ack_chunks_keep_every_id_once_in_order_within_bounds(
+        ids: list[str], max_ids: int, max_bytes: int) -> None:
+    runs = list(chunks(ids, max_ids, max_bytes))
+    assert [m for run in runs for m in run] == ids
+    for run in runs:  # a run over the byte bound is a single long id
+        assert 0 < len(run) <= max_ids
+        assert sum(len(m) + 2 for m in run) <= max_bytes or len(run) == 1
+    assert MAX_BATCH_BYTES < 1 << 20

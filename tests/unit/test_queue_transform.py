@@ -103,6 +103,27 @@ def test_failures_update_counts_then_dead_letter_the_original_send() -> None:
     assert row.key == queue_key("a", "2").encode()
 
 
+def _acks(peer: str, mids: list[str]) -> bytes:
+    return C.encode("AckBatch", {"message_ids": mids, "peer": peer, "environment": "e",
+                                 "timestamp_ms": 6})
+
+
+def test_an_ack_batch_is_the_acks_of_its_ids() -> None:
+    """The same txlog with Acks, or with one AckBatch in their place, gives the same rows
+    and state; an AckBatch whose key is not its peer is dead-lettered whole."""
+    sends = [(b"a", _send("a", m), 0) for m in "123"] + [(b"b", _send("b", "9"), 0)]
+    one_by_one, batched = MemoryMaps(), MemoryMaps()
+    out1 = process_rows(_frame(sends + [(b"a", _ack("a", "1"), 0), (b"a", _ack("a", "3"), 0),
+                                        (b"a", _ack("a", "7"), 0)]), one_by_one, Ttl(1000, 500))
+    out2 = process_rows(_frame(sends + [(b"a", _acks("a", ["1", "3", "7"]), 0),
+                                        (b"a", _acks("b", ["9"]), 0)]), batched, Ttl(1000, 500))
+    assert {k: e.queued for k, e in batched.entries().items()} == {
+        k: e.queued for k, e in one_by_one.entries().items()}
+    assert [k for k, e in batched.entries().items() if e.queued] == [("a", "2"), ("b", "9")]
+    assert list(out2[out2.kind == ENTRY].key) == list(out1[out1.kind == ENTRY].key)
+    assert list(out2[out2.kind == DEAD].offset) == [5]
+
+
 def test_empty_frame() -> None:
     out = process_rows(_frame([]), MemoryMaps(), Ttl())
     assert out.empty and list(out.columns) == ["kind", "key", "value", "partition", "offset",

@@ -30,6 +30,12 @@ def ack(mid: str, peer: str = "bob", ts: int = NOW - 10_000) -> bytes:
                             "timestamp_ms": ts})
 
 
+def acks(mids: list[str] | tuple[str, ...], peer: str = "bob", ts: int = NOW - 10_000
+         ) -> bytes:
+    return C.encode("AckBatch", {"message_ids": list(mids), "peer": peer,
+                                 "environment": "default", "timestamp_ms": ts})
+
+
 def purge(peer: str, ts: int = NOW - 10_000) -> bytes:
     return C.encode("Purge", {"peer": peer, "environment": "default", "timestamp_ms": ts})
 
@@ -119,6 +125,22 @@ def test_ack_and_purge_index_entries_do_not_leak(tmp_path: Path) -> None:
     assert [o for o, _ in store.records(0)] == [4]
 
 
+def test_an_ack_batch_acks_each_of_its_ids_and_its_index_entries_expire(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "s", "n1")
+    apply(store, [send("a"), send("b"), send("c"), acks(["a", "c", "a"]), ack("b")])
+    assert store.ack_offset(0, "bob", "a") == store.ack_offset(0, "bob", "c") == 3
+    policy = ReleasePolicy(ack_window_ms=60_000)
+    assert release(store, 0, 5, policy, NOW) == 5
+    assert list(store.records(0)) == []
+    assert len(_keys(store, b"A")) == 3        # kept for late copies, for ack_window_ms
+    apply(store, [send("c"), acks(["c"])], start=5)  # a late copy, then a later ack of it
+    assert release(store, 0, 7, policy, NOW) == 2
+    assert release(store, 0, 7, policy, NOW + 60_000) == 0
+    assert _keys(store, b"A") == [] and _keys(store, b"E") == []
+    store.close()
+
+
 def test_a_future_timestamp_cannot_hold_gc_back_for_good(tmp_path: Path) -> None:
     store = Store(tmp_path / "s", "n1")
     apply(store, [send("a"), ack("a"), send("b", ts=NOW + 86_400_000), ack("b"), send("c"),
@@ -150,12 +172,14 @@ def _gc_records():  # type: ignore[no-untyped-def]
     peers, msgs = st.sampled_from(["bob", "eve"]), st.sampled_from(["m0", "m1", "m2"])
     return st.lists(st.one_of(st.tuples(st.just("send"), peers, msgs),
                               st.tuples(st.just("ack"), peers, msgs),
+                              st.tuples(st.just("acks"), peers,
+                                        st.lists(msgs, min_size=1, max_size=3).map(tuple)),
                               st.tuples(st.just("purge"), peers, st.just(""))),
                     min_size=1, max_size=30)
 
 
 def test_release_is_safe_and_leaves_nothing_behind(tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
-    """Random Sends (duplicates included), Acks and Purges, GC points rising in steps: a Send
+    """Random Sends (duplicates included), Acks, AckBatches and Purges, GC points rising in steps: a Send
     is released only once acked or purged below the point; at the end every such Send,
     every Ack and every Purge is gone, and so are the purge and pending index entries."""
     from hypothesis import given, settings
@@ -165,14 +189,15 @@ def test_release_is_safe_and_leaves_nothing_behind(tmp_path_factory) -> None:  #
     @given(_gc_records(), st.lists(st.integers(0, 30), max_size=4), st.integers(1, 50))
     def run(script, points, budget) -> None:  # type: ignore[no-untyped-def]
         store = Store(tmp_path_factory.mktemp("gc"), "n1")
-        values = [send(m, p) if kind == "send" else ack(m, p) if kind == "ack" else purge(p)
-                  for kind, p, m in script]
+        values = [send(m, p) if kind == "send" else ack(m, p) if kind == "ack"
+                  else acks(m, p) if kind == "acks" else purge(p) for kind, p, m in script]
         apply(store, values)
         n = len(script)
 
         def due(s: int, point: int) -> bool:  # the oracle: may Send s go at this point?
             _, p, m = script[s]
             return any((kind == "ack" and (q, mm) == (p, m) and i < point) or
+                       (kind == "acks" and q == p and m in mm and i < point) or
                        (kind == "purge" and q == p and s < i < point)
                        for i, (kind, q, mm) in enumerate(script))
         for point in sorted(min(x, n) for x in points) + [n]:
