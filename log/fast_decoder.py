@@ -16,7 +16,8 @@ from typing import Any
 
 from log.codec import MARKER, Codec, Decoded, default_codec
 
-__all__ = ["RecordReader", "FlatReader", "flat_fields", "compile_flat_reader"]
+__all__ = ["RecordReader", "FlatReader", "flat_fields", "compile_flat_reader",
+           "compile_tuple_reader"]
 
 _HEADER = len(MARKER) + 8
 _Field = tuple[str, str]  # (name, kind): string, bytes, int, long, boolean, ?string, ...
@@ -55,8 +56,9 @@ def flat_fields(schema: Mapping[str, Any]) -> list[_Field] | None:
     return out
 
 
-def _compile(fields: list[_Field], header: int = _HEADER) -> FlatReader:
-    """A reader function for one flat schema: straight-line code, one-byte varints inline."""
+def _compile(fields: list[_Field], header: int = _HEADER, as_tuple: bool = False) -> Any:
+    """A reader function for one flat schema: straight-line code, one-byte varints inline.
+    It returns the record as a dict, or (``as_tuple``) its field values in schema order."""
     lines = ["def read(buf):", f"    pos, end = {header}, len(buf)"]
 
     def varint(var: str, indent: str) -> None:
@@ -91,7 +93,10 @@ def _compile(fields: list[_Field], header: int = _HEADER) -> FlatReader:
             varint(var, indent)
     lines.append("    if pos != end:")
     lines.append("        return None")
-    lines.append("    return {" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}")
+    if as_tuple:
+        lines.append("    return (" + "".join(f"{v}, " for _, v in names) + ")")
+    else:
+        lines.append("    return {" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}")
     scope: dict[str, Any] = {"read_long": _read_long}
     exec("\n".join(lines), scope)  # noqa: S102 - code generated from a schema, no input
     return scope["read"]  # type: ignore[no-any-return]
@@ -102,7 +107,15 @@ def compile_flat_reader(schema: Mapping[str, Any], header: int = _HEADER) -> Fla
     It returns None for a body it cannot read exactly, and may raise IndexError,
     UnicodeDecodeError or ValueError on a damaged one: the caller falls back to fastavro."""
     fields = flat_fields(schema)
-    return None if fields is None else _compile(fields, header)
+    return None if fields is None else _compile(fields, header)  # type: ignore[no-any-return]
+
+
+def compile_tuple_reader(schema: Mapping[str, Any], header: int = _HEADER
+                         ) -> Callable[[bytes], "tuple[Any, ...] | None"] | None:
+    """:func:`compile_flat_reader` returning the field values in schema order as a tuple
+    (no dict built): for a hot path that knows the field order."""
+    fields = flat_fields(schema)
+    return None if fields is None else _compile(fields, header, True)  # type: ignore[no-any-return]
 
 
 class RecordReader:

@@ -73,6 +73,12 @@ def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
                                           f" while this peer is {phase.value}")
     if phase is Phase.REPLAY and not env.replay:
         return Decision(HOLD)
+    return decide_admitted(env, dedup, handlers, completed)
+
+
+def decide_admitted(env: Envelope, dedup: DedupWindow, handlers: HandlerRegistry,
+                    completed: CompletedIds | None = None) -> Decision:
+    """:func:`decide` for a message of this environment that the phase lets in."""
     if not dedup.check_and_add(env.message_id):
         return Decision(DROP, "duplicate")
     if completed is not None and env.message_id in completed:
@@ -89,7 +95,7 @@ def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
         return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc}")
     except Exception as exc:  # noqa: BLE001 - a user serializer may raise anything
         return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc!r}")
-    return Decision(RUN, handler=handler, message=msg)
+    return Decision(RUN, "", "", handler, msg)
 
 
 class Slots:
@@ -156,7 +162,14 @@ class Inbox:
     def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
         """Decide under the lock and count; None when the message is held or dropped for
         good, else a FAIL, a RUN or a DROP ``completed`` (to be acked) to act on."""
-        d = decide(env, phase, self.environment, self.dedup, self.handlers, self.completed)
+        return self._count(env, decide(env, phase, self.environment, self.dedup, self.handlers,
+                                       self.completed))
+
+    def _count(self, env: Envelope, d: Decision) -> Decision | None:
+        """:meth:`_apply` once ``d`` is decided."""
+        if d.action == RUN:
+            self._admitting += 1
+            return d
         if d.action == HOLD:
             self.held.append(env)
             self.stats["held_back"] += 1
@@ -177,6 +190,22 @@ class Inbox:
         else:
             self._admitting += 1  # to run, or (completed before) to ack
         return d
+
+    def _apply_open(self, envs: Sequence[Envelope], phase: Phase
+                    ) -> list[tuple[Envelope, Decision]]:
+        """:meth:`_apply` of each of ``envs`` in a phase that is not stopping, with what does
+        not change between them looked up once."""
+        environment, dedup, handlers = self.environment, self.dedup, self.handlers
+        completed, count = self.completed, self._count
+        live_held = phase is Phase.REPLAY  # live messages are held back during replay
+        todo = []
+        for env in envs:
+            d = count(env, decide_admitted(env, dedup, handlers, completed)
+                      if env.environment == environment and (env.replay or not live_held)
+                      else decide(env, phase, environment, dedup, handlers, completed))
+            if d is not None:
+                todo.append((env, d))
+        return todo
 
     def _report(self, env: Envelope, d: Decision) -> None:
         log.warning("peer %s: %s (message %s from %s) - not acked, reported",
@@ -222,7 +251,10 @@ class Inbox:
             return
         with self._lock:
             phase = self.phase
-            todo = [(env, d) for env in envs if (d := self._apply(env, phase)) is not None]
+            if phase in STOPPED_PHASES:
+                todo = [(env, d) for env in envs if (d := self._apply(env, phase)) is not None]
+            else:  # the phase is asked once for the whole batch
+                todo = self._apply_open(envs, phase)
         admitted = sum(1 for _, d in todo if d.action != FAIL)
         to_run = sum(1 for _, d in todo if d.action == RUN)
         runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}

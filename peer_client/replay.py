@@ -34,22 +34,64 @@ from typing import Any
 from gossip.cluster_config import ConfigLog, Epoch
 from gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from gossip.service import ReplicaClient
+from log.codec import MARKER
 from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
-from log.fast_decoder import RecordReader
+from log.fast_decoder import RecordReader, compile_tuple_reader
 from log.offsets import end_offsets
 from log.settings import Settings
 from peer_client.core import RUNNING, PeerCore
 from peer_client.exceptions import ReplayDeniedError
 from peer_client.records import Envelope, encode_varint, peer_codec
 
-__all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError"]
+__all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError", "EntryReader"]
 
 log = logging.getLogger("peer_client.replay")
 
 
 class ReplayFailedError(RuntimeError):
     """No replica could complete the replay of this peer's queue."""
+
+
+_ENTRY_FIELDS = ["peer", "message_id", "sender", "message_type", "payload", "timestamp_ms",
+                 "txlog_partition", "txlog_offset", "delivery_count"]
+
+
+class EntryReader:
+    """QueueEntry bytes to the :class:`Envelope` of a replayed message. Values written with
+    the current QueueEntry schema are read field by field into the Envelope (no dict); any
+    other (an older writer schema) goes through the codec."""
+
+    def __init__(self, environment: str, partition: int) -> None:
+        codec = peer_codec()
+        self.environment, self.partition = environment, partition
+        self._records = RecordReader(codec, ("QueueEntry",))
+        schema = codec.schema("QueueEntry")
+        names = [f["name"] for f in schema["fields"]]
+        self._header = MARKER + codec.fingerprint_of("QueueEntry")
+        self._read = compile_tuple_reader(schema) if names == _ENTRY_FIELDS else None
+
+    @property
+    def fast(self) -> bool:
+        """Whether current-schema values are read without the codec."""
+        return self._read is not None
+
+    def envelope(self, value: bytes, offset: int) -> Envelope:
+        """The replayed message in ``value`` (raises CodecError if it is not a QueueEntry)."""
+        read = self._read
+        if read is not None and value[:10] == self._header:
+            try:
+                f = read(value)
+            except (IndexError, UnicodeDecodeError, ValueError):
+                f = None
+            if f is not None:
+                return Envelope(f[1], f[2], f[3], f[4], f[5], True, self.environment, f[8],
+                                True, f[6], offset)
+        rec = self._records.decode(value).record
+        return Envelope(rec["message_id"], rec["sender"], rec["message_type"], rec["payload"],
+                        rec["timestamp_ms"], True, self.environment,
+                        rec.get("delivery_count", 0), True,
+                        rec.get("txlog_partition", self.partition), offset)
 
 
 def _mark_suffix(incarnation: str) -> bytes:
@@ -221,7 +263,6 @@ class ReplicaReplayer:
         return False
 
     def _replay(self, core: PeerCore) -> Any:
-        reader = RecordReader(peer_codec(), ("QueueEntry",))
         epoch = self._epoch()
         exclude: set[str] = set()
         after = -1
@@ -246,7 +287,7 @@ class ReplicaReplayer:
                 continue
             self.nodes.append(stream.node)
             try:
-                self._deliver(core, stream, reader)
+                self._deliver(core, stream)
             except ReplayInterruptedError as exc:
                 log.warning("peer %s: replay interrupted on %s after txlog offset %d (%s);"
                             " retrying on another replica", core.peer_id, stream.node,
@@ -261,25 +302,16 @@ class ReplicaReplayer:
         raise ReplayFailedError(f"replay of {core.peer_id} failed {self.attempts} times"
                                 f" (replicas tried: {', '.join(self.nodes)})")
 
-    def _deliver(self, core: PeerCore, stream: Any, reader: RecordReader) -> None:
+    def _deliver(self, core: PeerCore, stream: Any) -> None:
         """Dispatch the stream's entries: each batch the replica sent is delivered in chunks
         of the stream's ack interval (decided under one lock, run per sender without a
         handoff per message), and each chunk is acked once accepted."""
-        decode, dedup, environment = reader.decode, core.dedup, core.environment
+        envelope, dedup = EntryReader(core.environment, stream.partition).envelope, core.dedup
         chunk = max(1, stream.ack_every)
         for rows in stream.entry_batches():
             for i in range(0, len(rows), chunk):
-                envs = []
-                fresh: set[str] = set()
-                for offset, value in rows[i:i + chunk]:
-                    rec = decode(value).record
-                    env = Envelope(rec["message_id"], rec["sender"], rec["message_type"],
-                                   rec["payload"], rec["timestamp_ms"], True, environment,
-                                   rec.get("delivery_count", 0), True,
-                                   rec.get("txlog_partition", stream.partition), offset)
-                    envs.append(env)
-                    if env.message_id not in dedup:
-                        fresh.add(env.message_id)
+                envs = [envelope(value, offset) for offset, value in rows[i:i + chunk]]
+                fresh = {env.message_id for env in envs if env.message_id not in dedup}
                 self.replay_received += len(envs)
                 self.replayed += len(fresh)
                 core.deliver_replayed_batch(envs)

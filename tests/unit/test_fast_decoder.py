@@ -13,6 +13,7 @@ from log.codec import default_codec
 from log.exceptions import CodecError
 from log.fast_decoder import RecordReader, compile_flat_reader
 from peer_client.exceptions import PayloadError
+from peer_client.records import Envelope
 from peer_client.serializers import AvroSerializer
 from spark_streaming.records import RecordReader as JobRecordReader
 
@@ -63,6 +64,37 @@ def test_queue_entry_reader_matches_the_codec(record: dict, data: st.DataObject)
     assert _view(READER.decode, value) == _view(C.decode, value) == ("QueueEntry", record)
     for bad in _damaged(value, data):
         assert _view(READER.decode, bad) == _view(C.decode, bad)
+
+
+def _envelope_view(read: object, value: bytes) -> object:
+    try:
+        env = read(value, 7)  # type: ignore[operator]
+    except CodecError as exc:
+        return type(exc)
+    return (env.message_id, env.sender, env.message_type, env.payload, env.timestamp_ms,
+            env.environment, env.delivery_count, env.replay, env.txlog_partition,
+            env.txlog_offset, env.persistent)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries, st.data())
+def test_replay_reads_the_same_envelope_as_the_codec_without_a_dict(
+        record: dict, data: st.DataObject) -> None:
+    """The peer's replay reads QueueEntry values field by field (a tuple reader); what it
+    builds is what the codec's record gives, and damaged values fail alike."""
+    from peer_client.replay import EntryReader
+    reader = EntryReader("env", 3)
+    assert reader.fast  # the tuple reader is in use for the current schema
+
+    def by_codec(value: bytes, offset: int) -> Envelope:
+        rec = C.decode(value).record
+        return Envelope(rec["message_id"], rec["sender"], rec["message_type"],
+                        rec["payload"], rec["timestamp_ms"], True, "env",
+                        rec["delivery_count"], True, rec["txlog_partition"], offset)
+    value = C.encode("QueueEntry", record)
+    assert _envelope_view(reader.envelope, value) == _envelope_view(by_codec, value)
+    for bad in _damaged(value, data):
+        assert _envelope_view(reader.envelope, bad) == _envelope_view(by_codec, bad)
 
 
 @dataclass
