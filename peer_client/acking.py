@@ -45,13 +45,8 @@ class Acking:
         if not ids:
             return
         now = self.clock_ms()
-        batches = []
         with self._ack_lock:
-            add = self.acks.add
-            for mid in ids:
-                batch = add(mid, now)
-                if batch:
-                    batches.append(batch)
+            batches = self.acks.add_many(ids, now)
         for batch in batches:
             self._append_acks(batch)
 

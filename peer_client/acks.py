@@ -34,6 +34,22 @@ class AckBatcher(Generic[T]):
             return self.drain()
         return None
 
+    def add_many(self, items: list[T], now_ms: int) -> list[list[T]]:
+        """:meth:`add` each of ``items`` in order; returns the batches that became due."""
+        out: list[list[T]] = []
+        pending, room = self._items, self.max_batch - len(self._items)
+        if items and not pending:
+            self._first_ms = now_ms
+        while len(items) >= room:
+            pending.extend(items[:room])
+            items = items[room:]
+            out.append(self.drain())
+            pending, room = self._items, self.max_batch
+            if items:
+                self._first_ms = now_ms
+        pending.extend(items)
+        return out
+
     def due(self, now_ms: int) -> list[T] | None:
         """The pending batch if its oldest ack has waited ``linger_ms``, else None."""
         if self._items and self._first_ms is not None \

@@ -33,6 +33,7 @@ from typing import Any
 
 from gossip.cluster_config import ConfigLog, Epoch
 from gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
+from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from gossip.service import ReplicaClient
 from log.codec import MARKER
 from log.consumer import LogConsumer
@@ -193,7 +194,8 @@ class TxlogFollower:
 class ReplicaReplayer:
     """Replay from the replica nodes, handover by following txlog (see the module doc)."""
 
-    def __init__(self, settings: Settings, *, batch: int = 2000, window: int = 200,
+    def __init__(self, settings: Settings, *, batch: int = DEFAULT_BATCH,
+                 window: int = DEFAULT_WINDOW,
                  lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
                  attempts: int = 5, handover_rounds: int = 5, handover_timeout_s: float = 60.0,
                  epoch: Callable[[], Epoch | None] | None = None,

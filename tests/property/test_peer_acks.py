@@ -44,3 +44,23 @@ def test_every_ack_comes_out_exactly_once_in_order(max_batch: int, linger: int,
     out.extend(b.drain())
     assert out == added
     assert b.next_due_ms is None and len(b) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10), st.integers(0, 40),
+       st.lists(st.tuples(st.integers(0, 25), st.integers(0, 30)), max_size=30))
+def test_add_many_is_add_one_by_one(max_batch: int, linger: int,
+                                    steps: list[tuple[int, int]]) -> None:
+    """The same batches come out, and the same pending acks stay with the same due time."""
+    one: AckBatcher[int] = AckBatcher(max_batch, linger)
+    many: AckBatcher[int] = AckBatcher(max_batch, linger)
+    now, n = 0, 0
+    for count, dt in steps:
+        now += dt
+        items = list(range(n, n + count))
+        n += count
+        by_one = [batch for item in items if (batch := one.add(item, now)) is not None]
+        assert many.add_many(items, now) == by_one
+        assert len(many) == len(one) and many.next_due_ms == one.next_due_ms
+        assert many.due(now) == one.due(now)
+    assert many.drain() == one.drain()
