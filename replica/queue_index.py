@@ -2,7 +2,8 @@
 
 Ingest applies ``queues`` records through :func:`put_entry` (a QueueEntry upsert) and
 :func:`delete_entry` (a tombstone). Both write the entry and its index entry
-(:func:`replica.store.queue_index_key`: partition, peer, txlog offset -> queue key) into the
+(:func:`replica.store.queue_index_key`: partition, peer, txlog offset -> queue key and the
+entry, :func:`index_value`) into the
 same LevelDB write batch, so the index never disagrees with the entries after a crash. A
 tombstone carries no value, so the old entry (from the batch's pending changes, else the
 store) says which index entry to drop. :func:`read_queue` reads one batch of a peer's queue
@@ -21,10 +22,17 @@ from replica.batch import Batch
 from replica.keys import queue_index_key, queue_index_prefix, queue_prefix
 from replica.store import Store
 
-__all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position"]
+__all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position",
+           "index_value"]
 
 log = logging.getLogger(__name__)
 _Q = struct.Struct(">Q")
+_H = struct.Struct(">H")
+#: An index value ``\0 <2-byte length> <queue key> <QueueEntry bytes>`` carries the entry, so
+#: a replay reads a peer's queue with one iterator; a value without it (a store written
+#: before) is the queue key alone (a queue key never starts with NUL: the peer id is not
+#: empty and holds no NUL), and the entry is read from the queue key.
+_INLINE = b"\0"
 
 
 def entry_position(value: bytes, decode: Callable = default_codec().decode
@@ -61,7 +69,8 @@ def put_entry(batch: Batch, partition: int, key: bytes, value: bytes, peer: str,
     if old is not None and old != (peer, offset):
         batch.wb.delete(queue_index_key(partition, *old))
     batch.wb.put(queue_prefix(partition) + key, value)
-    batch.wb.put(queue_index_key(partition, peer, offset), key)
+    batch.wb.put(queue_index_key(partition, peer, offset),
+                 _INLINE + _H.pack(len(key)) + key + value)
     batch.queue_keys[(partition, key)] = (peer, offset)
 
 
@@ -72,6 +81,15 @@ def delete_entry(batch: Batch, partition: int, key: bytes) -> None:
     if old is not None:
         batch.wb.delete(queue_index_key(partition, *old))
     batch.queue_keys[(partition, key)] = None
+
+
+def index_value(value: bytes) -> tuple[bytes, bytes | None]:
+    """``(queue key, QueueEntry bytes)`` of a stored index value; the entry is None in a
+    value written before entries were kept in the index (read it under the queue key)."""
+    if value[:1] == _INLINE:
+        n = _H.unpack_from(value, 1)[0]
+        return value[3:3 + n], value[3 + n:]
+    return value, None
 
 
 def read_queue(store: Store, partition: int, peer: str, after: int, end: int, limit: int
@@ -86,11 +104,13 @@ def read_queue(store: Store, partition: int, peer: str, after: int, end: int, li
         return rows, None
     snap = store.db.snapshot()
     try:
-        qprefix = queue_prefix(partition)
-        for ikey, qkey in snap.iterator(start=prefix + _Q.pack(after + 1),
-                                        stop=prefix + _Q.pack(end)):
-            last = _Q.unpack(ikey[-8:])[0]
-            value = snap.get(qprefix + qkey)
+        qprefix, unpack, size = queue_prefix(partition), _Q.unpack_from, len(prefix)
+        for ikey, ivalue in snap.iterator(start=prefix + _Q.pack(after + 1),
+                                          stop=prefix + _Q.pack(end)):
+            last = unpack(ikey, size)[0]
+            qkey, value = index_value(ivalue)
+            if value is None:
+                value = snap.get(qprefix + qkey)
             if value is not None:
                 rows.append((last, value))
                 if len(rows) >= limit:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from log.codec import default_codec
-from replica.queue_index import delete_entry, put_entry, read_queue
+from replica.queue_index import delete_entry, index_value, put_entry, read_queue
 from replica.store import Store, queue_index_prefix
 
 CODEC = default_codec()
@@ -55,7 +55,9 @@ def check(store: Store, model: dict[bytes, tuple[str, int, bytes]], page: int) -
     index = list(store.db.iterator(prefix=queue_index_prefix(PART)))
     assert len(index) == len(model)
     assert dict(store.queue_entries(PART)) == {k: v for k, (_, _, v) in model.items()}
-    assert sorted(v for _, v in index) == sorted(model)
+    assert sorted(index_value(v)[0] for _, v in index) == sorted(model)
+    assert {index_value(v)[0]: index_value(v)[1] for _, v in index} == {
+        k: v for k, (_, _, v) in model.items()}  # each index entry carries its entry
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -110,4 +112,21 @@ def test_rebuild_forgets_only_its_partition(tmp_path) -> None:
     assert [off for off, _ in rows] == [7] and last == 7
     # the end offset is exclusive: the barrier itself is not replayed
     assert read_queue(store, PART + 1, "bob", -1, 7, 10) == ([], None)
+    store.close()
+
+
+def test_an_index_written_before_entries_were_inlined_still_reads(tmp_path) -> None:
+    """A store whose index values are the queue key alone (written before the index kept
+    the entry) is read through the queue key, mixed with inlined values."""
+    from replica.store import queue_index_key, queue_prefix
+    store = Store(tmp_path / "s", "n1")
+    batch = store.batch()
+    put_entry(batch, PART, qkey("bob", 2), entry("bob", 2, 9), "bob", 9)
+    batch.commit()
+    old = entry("bob", 1, 7)  # as the earlier layout wrote it: the entry, and its key
+    store.db.put(queue_prefix(PART) + qkey("bob", 1), old)
+    store.db.put(queue_index_key(PART, "bob", 7), qkey("bob", 1))
+    assert index_value(qkey("bob", 1)) == (qkey("bob", 1), None)
+    rows, last = read_queue(store, PART, "bob", -1, 100, 10)
+    assert rows == [(7, old), (9, entry("bob", 2, 9))] and last == 9
     store.close()
