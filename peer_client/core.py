@@ -154,12 +154,13 @@ class PeerCore(Sending, Acking):
         env.replay = True
         self.inbox.accept(env)
 
-    def deliver_replayed_batch(self, envs: list[Envelope]) -> None:
+    def deliver_replayed_batch(self, envs: list[Envelope]) -> int:
         """Messages from replay, in order: as :meth:`deliver_replayed` each, decided under
-        one lock and run per sender without a thread handoff per message."""
+        one lock and run per sender without a thread handoff per message. Returns how many
+        were not dropped as duplicates."""
         for env in envs:
             env.replay = True
-        self.inbox.accept_many(envs)
+        return self.inbox.accept_many(envs)
 
     def end_replay(self, handover: bool = False) -> None:
         """Replay finished: dispatch held-back live messages (to HANDOVER or NORMAL)."""

@@ -154,6 +154,7 @@ class Inbox:
         self._lock = threading.Lock()
         self._admitted = threading.Condition(self._lock)
         self._admitting = 0  # decided to RUN, not yet submitted
+        self._duplicates = 0  # dropped as duplicates (under the lock)
         self._slots = Slots(limit) if limit else None
         #: the persisted dedup store (None: off) and the clock its records are stamped with
         self.completed: CompletedIds | None = None
@@ -182,6 +183,8 @@ class Inbox:
                 self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
                 if d.kind != "duplicate":
                     log.warning("%s", d.reason)
+                else:
+                    self._duplicates += 1
                 return None
             self.stats["completed_before"] += 1
         if d.action == FAIL:
@@ -239,22 +242,28 @@ class Inbox:
         finally:
             self._admitted_done(1)
 
-    def accept_many(self, envs: Sequence[Envelope]) -> None:
+    def accept_many(self, envs: Sequence[Envelope]) -> int:
         """:meth:`accept` each message of ``envs`` in order, with the same decisions, but
         decided under one lock and each sender's jobs submitted as one run (one worker runs
         them in order, without a thread handoff each). Blocks like :meth:`accept` while
-        ``limit`` messages are unfinished: what was gathered is submitted first."""
+        ``limit`` messages are unfinished: what was gathered is submitted first. Returns
+        how many of ``envs`` were not dropped as duplicates."""
         submit_many = self._submit_many
         if submit_many is None:
+            with self._lock:
+                before = self._duplicates
             for env in envs:
                 self.accept(env)
-            return
+            with self._lock:  # approximate: other paths may drop duplicates meanwhile
+                return len(envs) - (self._duplicates - before)
         with self._lock:
+            before = self._duplicates
             phase = self.phase
             if phase in STOPPED_PHASES:
                 todo = [(env, d) for env in envs if (d := self._apply(env, phase)) is not None]
             else:  # the phase is asked once for the whole batch
                 todo = self._apply_open(envs, phase)
+            fresh = len(envs) - (self._duplicates - before)
         admitted = sum(1 for _, d in todo if d.action != FAIL)
         to_run = sum(1 for _, d in todo if d.action == RUN)
         runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}
@@ -288,6 +297,7 @@ class Inbox:
                 slots.give(spare)
             if admitted:
                 self._admitted_done(admitted)
+        return fresh
 
     def _submit_runs(self, runs: dict[str, list[tuple[Envelope, Handler, Any]]]) -> None:
         """Each sender's run as one :class:`RunJob` (plain handlers), or as single jobs

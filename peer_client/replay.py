@@ -308,15 +308,13 @@ class ReplicaReplayer:
         """Dispatch the stream's entries: each batch the replica sent is delivered in chunks
         of the stream's ack interval (decided under one lock, run per sender without a
         handoff per message), and each chunk is acked once accepted."""
-        envelope, dedup = EntryReader(core.environment, stream.partition).envelope, core.dedup
+        envelope = EntryReader(core.environment, stream.partition).envelope
         chunk = max(1, stream.ack_every)
         for rows in stream.entry_batches():
             for i in range(0, len(rows), chunk):
                 envs = [envelope(value, offset) for offset, value in rows[i:i + chunk]]
-                fresh = {env.message_id for env in envs if env.message_id not in dedup}
                 self.replay_received += len(envs)
-                self.replayed += len(fresh)
-                core.deliver_replayed_batch(envs)
+                self.replayed += core.deliver_replayed_batch(envs)
                 stream.ack(len(envs))
 
     def _handover(self, core: PeerCore) -> None:
