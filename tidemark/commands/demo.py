@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.options import (
     add_settings_args,
     cluster_file,
@@ -46,7 +47,8 @@ def _bench_replay(args: argparse.Namespace) -> int:
     r: dict[str, Any] = bench_replay(settings_from_args(args), messages=args.messages,
                                      payload_bytes=args.payload_bytes, fill_mode=args.fill,
                                      state_dir=args.state_dir, timeout_s=args.timeout,
-                                     say=progress)
+                                     say=progress, batch=args.batch, window=args.window,
+                                     settle_s=args.settle)
     if args.json:
         print_json(r)
         return 0
@@ -95,6 +97,13 @@ def register(commands: argparse._SubParsersAction[Any],
     b.add_argument("--fill", choices=("direct", "spark"), default="direct",
                    help="direct: the bench writes the queue records as the queues job"
                         " would (default); spark: the running queues job builds them")
+    b.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                   help="entries per replay batch (the peer's replay option)")
+    b.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                   help="the next batch is sent once at most this many are unacked")
+    b.add_argument("--settle", type=float, default=300.0,
+                   help="seconds to wait at most, after the fill, for a quiet machine (the"
+                        " replicas ingested and compacted the backlog); 0: do not wait")
     b.add_argument("--timeout", type=float, default=900.0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench_replay)

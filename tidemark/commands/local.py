@@ -7,7 +7,7 @@ import argparse
 from tidemark.exceptions import StackError
 from tidemark.options import env_flag, print_json, progress
 from tidemark.stack import LocalStack, replica_plan, spark_plan
-from tidemark.stack.settle import wait_quiet
+from tidemark.stack.settle import QUIET_CORES, wait_quiet
 
 __all__ = ["register"]
 
@@ -101,8 +101,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     kill.set_defaults(func=_local_kill)
     settle = sub.add_parser("settle", help="wait until the machine is quiet (before a"
                                            " measurement); prints how busy it was")
-    settle.add_argument("--cores", type=float, default=0.5,
-                        help="quiet means fewer cores busy than this (default 0.5)")
+    settle.add_argument("--cores", type=float, default=QUIET_CORES,
+                        help=f"quiet means fewer cores busy than this (default {QUIET_CORES})")
     settle.add_argument("--timeout", type=float, default=120.0,
                         help="give up after this many seconds (exit 0, says NOT quiet)")
     settle.set_defaults(func=_local_settle)

@@ -98,7 +98,11 @@ class Settled:
         return line
 
 
-def wait_quiet(threshold: float = 0.5, timeout_s: float = 120.0, window_s: float = 2.0,
+#: Quiet means fewer cores busy than this (``local settle --cores``, the benches' waits).
+QUIET_CORES = 0.5
+
+
+def wait_quiet(threshold: float = QUIET_CORES, timeout_s: float = 120.0, window_s: float = 2.0,
                progress: Callable[[str], None] = lambda m: None) -> Settled:
     """Wait until the machine keeps fewer than ``threshold`` cores busy over a window (two
     windows in a row), or until ``timeout_s``; never raises."""
