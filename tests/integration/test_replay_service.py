@@ -22,6 +22,7 @@ from test_replica_support import replica_stack, status, txlog_ust
 
 from gossip.cluster_config import ConfigLog, Epoch
 from gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
+from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from gossip.service import ReplicaClient
 from log.codec import default_codec
 from log.load import generate_load
@@ -311,3 +312,26 @@ def test_pin_survives_a_replica_restart(stack: LocalStack) -> None:
     stream.close()  # releases the pin
     assert pins_of(stack, node) == []
     client.close()
+
+
+def test_bench_replay_prints_its_figures_beside_the_raw_baseline(stack: LocalStack) -> None:
+    """``tidemark bench replay`` as a user runs it (a small backlog, no settle wait): every
+    message reached the Peer's handler and the raw consumer, both rates and their ratio."""
+    env = {**os.environ, "TIDEMARK_STATE_DIR": str(stack.state_dir)}
+    run = [sys.executable, "-m", "tidemark", "bench", "replay", "--messages", "3000",
+           "--settle", "0"]
+    proc = subprocess.run([*run, "--json"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["peer_handled"] == r["replayed"] == r["raw_entries"] == 3000
+    assert r["peer_msgs_per_s"] > 0 and r["raw_msgs_per_s"] > 0
+    assert r["ratio"] == pytest.approx(r["peer_msgs_per_s"] / r["raw_msgs_per_s"], abs=0.001)
+    assert r["batch"] == DEFAULT_BATCH and r["window"] == DEFAULT_WINDOW
+    assert r["rss"]["sampled"] and r["rss"]["node"] in r["node"]
+    assert "replay: " in proc.stderr  # progress during the replay
+    text = subprocess.run([*run, "--batch", "500", "--window", "100"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0, text.stderr
+    assert "raw confluent-kafka consumer" in text.stdout and "ratio" in text.stdout
+    assert "batch 500, window 100" in text.stderr
