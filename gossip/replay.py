@@ -47,6 +47,8 @@ ERROR_KEY = "tidemark-error"
 #: 71k msgs/s with 2000/200, 86k with 2000/2000, 92k with 5000/5000; docs/replay.md).
 DEFAULT_BATCH, DEFAULT_WINDOW = 5000, 5000
 _META = struct.Struct(">III")
+_END = object()   # the replica's side of the call ended
+_PREFETCH = 2     # replica messages read ahead of the consumer
 _REC = struct.Struct(">QI")
 
 CallJson = Callable[[str, str, Mapping[str, Any], float], Any]
@@ -259,15 +261,42 @@ class ReplayStream:
         finally:
             frames.close()
 
+    def _pull(self, box: queue.Queue[Any]) -> None:
+        """Read the replica's messages ahead of the consumer, into ``box`` (bounded): gRPC
+        receives the next one only while a read is pending, so without this the replica's
+        next batch would wait until the peer had processed the last. Ends with
+        :data:`_END` or the exception that ended the call."""
+        item: Any = _END
+        try:
+            for msg in self._responses:
+                if not self._offer(box, msg):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            item = exc
+        self._offer(box, item)
+
+    def _offer(self, box: queue.Queue[Any], item: Any) -> bool:
+        while not self._closed.is_set():
+            try:
+                box.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def _frames(self) -> Generator[list[tuple[int, bytes]], None, None]:
         """The rows of each ENTRIES message until COMPLETE (acks flushed before each wait)."""
+        box: queue.Queue[Any] = queue.Queue(maxsize=_PREFETCH)
+        threading.Thread(target=self._pull, args=(box,), daemon=True,
+                         name=f"replay-read-{self.peer}").start()
         try:
             while True:
                 self.flush()
-                try:
-                    msg = next(self._responses)
-                except StopIteration:
+                msg = box.get()
+                if msg is _END:
                     break
+                if isinstance(msg, BaseException):
+                    raise msg
                 tag = msg[:1]
                 if tag == ENTRIES:
                     (batch_no, at_start, unacked), rows = decode_entries(msg)
