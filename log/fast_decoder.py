@@ -57,7 +57,8 @@ def flat_fields(schema: Mapping[str, Any]) -> list[_Field] | None:
 
 
 def _compile(fields: list[_Field], header: int = _HEADER, as_tuple: bool = False) -> Any:
-    """A reader function for one flat schema: straight-line code, one-byte varints inline.
+    """A reader function for one flat schema: straight-line code, varints of one or two
+    bytes inline.
     It returns the record as a dict, or (``as_tuple``) its field values in schema order."""
     lines = ["def read(buf):", f"    pos, end = {header}, len(buf)"]
 
@@ -66,6 +67,10 @@ def _compile(fields: list[_Field], header: int = _HEADER, as_tuple: bool = False
                       f"{indent}if b < 0x80:",
                       f"{indent}    {var} = (b >> 1) ^ -(b & 1)",
                       f"{indent}    pos += 1",
+                      f"{indent}elif buf[pos + 1] < 0x80:",  # two bytes: lengths, offsets
+                      f"{indent}    b = (b & 0x7F) | (buf[pos + 1] << 7)",
+                      f"{indent}    {var} = (b >> 1) ^ -(b & 1)",
+                      f"{indent}    pos += 2",
                       f"{indent}else:",
                       f"{indent}    {var}, pos = read_long(buf, pos)"])
 
