@@ -27,6 +27,7 @@ from peer_client.handlers import Handler, HandlerRegistry
 from peer_client.jobs import Job, RunJob
 from peer_client.messages import lookup
 from peer_client.records import Envelope
+from peer_client.slots import Slots
 
 __all__ = ["Decision", "decide", "Job", "RunJob", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
            "STOPPED_PHASES", "CompletedIds", "Slots"]
@@ -96,41 +97,6 @@ def decide_admitted(env: Envelope, dedup: DedupWindow, handlers: HandlerRegistry
     except Exception as exc:  # noqa: BLE001 - a user serializer may raise anything
         return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc!r}")
     return Decision(RUN, "", "", handler, msg)
-
-
-class Slots:
-    """The inbox ``limit``: how many accepted messages may be unfinished. Cheaper than a
-    ``BoundedSemaphore`` (one plain lock per call) and takes many slots at once."""
-
-    __slots__ = ("free", "_cond", "_waiters")
-
-    def __init__(self, limit: int) -> None:
-        self.free = limit
-        self._cond = threading.Condition(threading.Lock())
-        self._waiters = 0
-
-    def take(self, n: int = 1, blocking: bool = True) -> int:
-        """Up to ``n`` free slots (at least one, waiting for it, if ``blocking``; else
-        possibly none)."""
-        with self._cond:
-            while self.free <= 0:
-                if not blocking:
-                    return 0
-                self._waiters += 1
-                try:
-                    self._cond.wait()
-                finally:
-                    self._waiters -= 1
-            k = n if n < self.free else self.free
-            self.free -= k
-            return k
-
-    def give(self, n: int = 1) -> None:
-        """``n`` messages finished (or slots taken were not used)."""
-        with self._cond:
-            self.free += n
-            if self._waiters:
-                self._cond.notify(n)
 
 
 class Inbox:

@@ -152,8 +152,8 @@ def _gc_side_worker(settings: Any, ends: dict[int, int], folder: str, min_age_ms
     running throughout (``gc_on``) or not; with GC, then GC alone for 5 s (ingest idle) for
     its release rate. GC point: the node's own base ends, as in a one-replica cluster."""
     from replica.config import ReleasePolicy
+    from replica.gc_worker import GcWorker
     from replica.ingest import Ingestor
-    from replica.release_policy import GcWorker
     from replica.store import Store
     store = Store(folder, "bench")
     ingest = Ingestor(settings, store, "bench")

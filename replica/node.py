@@ -28,6 +28,7 @@ from log.exceptions import TidemarkError
 from replica.backfill import Backfiller
 from replica.config import ClusterFile
 from replica.exceptions import ClusterConfigError, ReplicaError
+from replica.gc_worker import GcWorker
 from replica.ingest import TOPICS, Ingestor
 from replica.leases import Leases
 from replica.membership import (
@@ -38,7 +39,6 @@ from replica.metrics import NodeMetrics
 from replica.node_config import NodeConfigSteps
 from replica.node_repair import NodeRepair
 from replica.node_rpc import NodeRpc
-from replica.release_policy import GcWorker
 from replica.replay import ReplayService
 from replica.store import Store
 

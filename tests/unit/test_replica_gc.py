@@ -14,6 +14,7 @@ from test_replica_store import NOW, ack, apply, send
 
 import replica.release_policy as release_policy
 from replica.config import ReleasePolicy
+from replica.gc_worker import GcWorker
 from replica.store import Store
 from tests.support import wait_for
 
@@ -51,7 +52,7 @@ def test_gc_worker_runs_bounded_passes_on_its_own_thread(tmp_path: Path) -> None
                       for i in range(start, start + 5000)], start=start)
     released: list[int] = []
     passes: list[int] = []
-    worker = release_policy.GcWorker(
+    worker = GcWorker(
         store, lambda: [0], lambda: {"txlog/0": n}, ReleasePolicy(gc_interval_ms=50),
         on_released=released.append, pass_records=2_000,
         on_pass=lambda results: passes.append(sum(r.visited for r in results.values())))
@@ -73,7 +74,7 @@ def test_gc_never_loses_an_ingest_map_update(tmp_path: Path) -> None:
     import threading
     store = Store(tmp_path / "s", "n1")
     apply(store, [send(f"m{i}") if i % 2 == 0 else ack(f"m{i - 1}") for i in range(2000)])
-    worker = release_policy.GcWorker(
+    worker = GcWorker(
         store, lambda: [0], lambda: {"txlog/0": store.map("txlog", 0).base_end},
         ReleasePolicy(gc_interval_ms=10), pass_records=500, share=0.5)
     stop = threading.Event()
