@@ -126,8 +126,8 @@ def _read_txlog(settings: Settings, ends: dict[int, int], timeout_s: float = 120
                 rec = decode(msg.value())
                 if rec.name == "Send":
                     sends[rec.record["recipient"]] += 1
-                elif rec.name == "AckBatch":
-                    acks[rec.record["peer"]] += len(rec.record["message_ids"])
+                elif rec.name == "Ack":
+                    acks[rec.record["peer"]] += 1
                 if msg.partition() in todo and msg.offset() + 1 >= todo[msg.partition()]:
                     del todo[msg.partition()]
     finally:

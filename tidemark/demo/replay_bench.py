@@ -239,6 +239,7 @@ def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], tim
     finally:
         done.set()
         p.stop()
+    say(f"replay: {st['stage']}, handled {counter.n:,} of {n:,} in {start_s:.1f}s")
     if counter.n < n:
         raise TidemarkError(f"the peer's handler saw {counter.n} of {n} messages")
     seconds = counter.last - counter.first
