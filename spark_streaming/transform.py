@@ -83,13 +83,15 @@ _ChunkId = tuple[str, int, int]      # (peer, fifo, seq)
 
 def _events(peer: str | None, decoded_name: str, record: dict[str, Any], offset: int
             ) -> list[Event]:
-    """The events of one txlog record: an AckBatch is the Acks of its ids, in order."""
+    """The events of one txlog record: an AckBatch is the Acks of its ids, in order. An id
+    no Send can carry (over :data:`MAX_ID_BYTES`: such Sends are dead-lettered) is skipped,
+    not held against the batch's other acks."""
     if decoded_name != ACK_BATCH:
         return [_event(peer, decoded_name, record, offset)]
     _event(peer, decoded_name, record, offset)  # checks the key against the peer
     return [_event(peer, ACK, {"peer": record["peer"], "message_id": mid,
                                "timestamp_ms": record["timestamp_ms"]}, offset)
-            for mid in record["message_ids"]]
+            for mid in record["message_ids"] if len(mid.encode()) <= MAX_ID_BYTES]
 
 
 def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: int) -> Event:
