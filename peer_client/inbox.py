@@ -134,7 +134,7 @@ class Inbox:
 
     def _count(self, env: Envelope, d: Decision) -> Decision | None:
         """:meth:`_apply` once ``d`` is decided."""
-        if d.action == RUN:
+        if d.action == RUN:  # the common case first (the last branch below covers it too)
             self._admitting += 1
             return d
         if d.action == HOLD:
@@ -160,17 +160,19 @@ class Inbox:
             self._admitting += 1  # to run, or (completed before) to ack
         return d
 
-    def _apply_open(self, envs: Sequence[Envelope], phase: Phase
+    def _apply_many(self, envs: Sequence[Envelope], phase: Phase
                     ) -> list[tuple[Envelope, Decision]]:
-        """:meth:`_apply` of each of ``envs`` in a phase that is not stopping, with what does
-        not change between them looked up once."""
+        """:meth:`_apply` of each of ``envs``, the phase asked once: a message of this
+        environment that the phase lets in goes straight to :func:`decide_admitted`."""
         environment, dedup, handlers = self.environment, self.dedup, self.handlers
         completed, count = self.completed, self._count
+        stopped = phase in STOPPED_PHASES
         live_held = phase is Phase.REPLAY  # live messages are held back during replay
         todo = []
         for env in envs:
             d = count(env, decide_admitted(env, dedup, handlers, completed)
-                      if env.environment == environment and (env.replay or not live_held)
+                      if not stopped and env.environment == environment
+                      and (env.replay or not live_held)
                       else decide(env, phase, environment, dedup, handlers, completed))
             if d is not None:
                 todo.append((env, d))
@@ -224,11 +226,7 @@ class Inbox:
                 return len(envs) - (self._duplicates - before)
         with self._lock:
             before = self._duplicates
-            phase = self.phase
-            if phase in STOPPED_PHASES:
-                todo = [(env, d) for env in envs if (d := self._apply(env, phase)) is not None]
-            else:  # the phase is asked once for the whole batch
-                todo = self._apply_open(envs, phase)
+            todo = self._apply_many(envs, self.phase)
             fresh = len(envs) - (self._duplicates - before)
         admitted = sum(1 for _, d in todo if d.action != FAIL)
         to_run = sum(1 for _, d in todo if d.action == RUN)
