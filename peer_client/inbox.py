@@ -33,6 +33,9 @@ __all__ = ["Decision", "decide", "Job", "RunJob", "Inbox", "HOLD", "DROP", "FAIL
            "STOPPED_PHASES", "CompletedIds", "Slots"]
 
 log = logging.getLogger("peer_client.inbox")
+#: What :meth:`Inbox._apply_many` returns per message: ``(env, handler, message)`` to run,
+#: ``(env, None, decision)`` otherwise.
+_Todo = tuple[Envelope, "Handler | None", Any]
 
 HOLD, DROP, FAIL, RUN = "hold", "drop", "fail", "run"
 #: Phases in which nothing new is handled (its acks could no longer be flushed).
@@ -160,22 +163,47 @@ class Inbox:
             self._admitting += 1  # to run, or (completed before) to ack
         return d
 
-    def _apply_many(self, envs: Sequence[Envelope], phase: Phase
-                    ) -> list[tuple[Envelope, Decision]]:
-        """:meth:`_apply` of each of ``envs``, the phase asked once: a message of this
-        environment that the phase lets in goes straight to :func:`decide_admitted`."""
+    def _apply_many(self, envs: Sequence[Envelope], phase: Phase) -> list[_Todo]:
+        """:meth:`_apply` of each of ``envs``, the phase asked once. A message to run comes
+        back as ``(env, handler, message)``, any other as ``(env, None, decision)``. A
+        message of this environment that the phase lets in is decided inline (dedup, handler,
+        payload: what :func:`decide_admitted` does, without a Decision per message); anything
+        unusual (no handler, a payload that does not decode, the dedup store) goes through
+        :func:`decide`."""
         environment, dedup, handlers = self.environment, self.dedup, self.handlers
         completed, count = self.completed, self._count
         stopped = phase in STOPPED_PHASES
         live_held = phase is Phase.REPLAY  # live messages are held back during replay
-        todo = []
+        check = dedup.check_and_add
+        handler_of: dict[str, Handler | None] = {}
+        todo: list[_Todo] = []
+        append = todo.append
+        runs = dups = 0
         for env in envs:
-            d = count(env, decide_admitted(env, dedup, handlers, completed)
-                      if not stopped and env.environment == environment
-                      and (env.replay or not live_held)
-                      else decide(env, phase, environment, dedup, handlers, completed))
+            if (completed is None and not stopped and env.environment == environment
+                    and (env.replay or not live_held)):
+                mtype = env.message_type
+                h = handler_of[mtype] if mtype in handler_of else \
+                    handler_of.setdefault(mtype, handlers.get(mtype))
+                if h is not None:
+                    if not check(env.message_id):
+                        dups += 1
+                        continue
+                    try:
+                        append((env, h, h.message_type.serializer.decode(env.payload)))
+                        runs += 1
+                        continue
+                    except Exception:  # noqa: BLE001 - decided (and reported) below
+                        dedup.forget(env.message_id)
+                d = count(env, decide_admitted(env, dedup, handlers, completed))
+            else:
+                d = count(env, decide(env, phase, environment, dedup, handlers, completed))
             if d is not None:
-                todo.append((env, d))
+                append((env, d.handler, d.message) if d.action == RUN else (env, None, d))
+        self._admitting += runs
+        if dups:
+            self._duplicates += dups
+            self.stats["duplicates"] += dups
         return todo
 
     def _report(self, env: Envelope, d: Decision) -> None:
@@ -228,33 +256,37 @@ class Inbox:
             before = self._duplicates
             todo = self._apply_many(envs, self.phase)
             fresh = len(envs) - (self._duplicates - before)
-        admitted = sum(1 for _, d in todo if d.action != FAIL)
-        to_run = sum(1 for _, d in todo if d.action == RUN)
+        admitted = to_run = 0
+        for _, h, d in todo:
+            if h is not None:
+                to_run += 1
+            elif d.action != FAIL:
+                admitted += 1
+        admitted += to_run
         runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}
         slots = self._slots
         spare = 0  # slots taken, not used yet (given back if submitting fails)
         try:
-            for env, d in todo:
-                if d.action == FAIL:
-                    self._report(env, d)
-                elif d.action == DROP:  # completed by an earlier incarnation: acked only
-                    self._on_success(env)
-                else:
-                    if slots is not None:
+            for env, h, m in todo:
+                if h is None:
+                    if m.action == FAIL:
+                        self._report(env, m)
+                    else:  # DROP: completed by an earlier incarnation, acked only
+                        self._on_success(env)
+                    continue
+                if slots is not None:
+                    if not spare:
+                        spare = slots.take(to_run, blocking=False)
                         if not spare:
-                            spare = slots.take(to_run, blocking=False)
-                            if not spare:
-                                self._submit_runs(runs)  # they must run to free a slot
-                                spare = slots.take(to_run)
-                        spare -= 1
-                        to_run -= 1
-                    assert d.handler is not None
-                    item = (env, d.handler, d.message)
-                    run = runs.get(env.sender)
-                    if run is None:
-                        runs[env.sender] = [item]
-                    else:
-                        run.append(item)
+                            self._submit_runs(runs)  # they must run to free a slot
+                            spare = slots.take(to_run)
+                    spare -= 1
+                    to_run -= 1
+                run = runs.get(env.sender)
+                if run is None:
+                    runs[env.sender] = [(env, h, m)]
+                else:
+                    run.append((env, h, m))
             self._submit_runs(runs)
         finally:
             if spare and slots is not None:

@@ -27,9 +27,7 @@ class Job:
         self.env = env
         self.handler = handler
         self.message = message
-        self.ctx = MessageContext(env.message_id, env.sender, env.message_type,
-                                  env.delivery_count, env.replay, env.timestamp_ms, peer_id,
-                                  env.persistent)
+        self.ctx = MessageContext(env, peer_id)
         self._finish = finish
 
     @property
@@ -89,9 +87,7 @@ class RunJob:
         for env, h, message in self.items:
             try:
                 if h.takes_context:
-                    h.fn(message, MessageContext(env.message_id, env.sender, env.message_type,
-                                                 env.delivery_count, env.replay,
-                                                 env.timestamp_ms, peer_id, env.persistent))
+                    h.fn(message, MessageContext(env, peer_id))
                 else:
                     h.fn(message)
             except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal

@@ -35,15 +35,14 @@ from gossip.cluster_config import ConfigLog, Epoch
 from gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from gossip.service import ReplicaClient
-from log.codec import MARKER
 from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
-from log.fast_decoder import RecordReader, compile_tuple_reader
 from log.offsets import end_offsets
 from log.settings import Settings
 from peer_client.core import RUNNING, PeerCore
 from peer_client.exceptions import ReplayDeniedError
 from peer_client.records import Envelope, encode_varint, peer_codec
+from peer_client.replay_entries import EntryReader
 
 __all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError", "EntryReader"]
 
@@ -52,47 +51,6 @@ log = logging.getLogger("peer_client.replay")
 
 class ReplayFailedError(RuntimeError):
     """No replica could complete the replay of this peer's queue."""
-
-
-_ENTRY_FIELDS = ["peer", "message_id", "sender", "message_type", "payload", "timestamp_ms",
-                 "txlog_partition", "txlog_offset", "delivery_count"]
-
-
-class EntryReader:
-    """QueueEntry bytes to the :class:`Envelope` of a replayed message. Values written with
-    the current QueueEntry schema are read field by field into the Envelope (no dict); any
-    other (an older writer schema) goes through the codec."""
-
-    def __init__(self, environment: str, partition: int) -> None:
-        codec = peer_codec()
-        self.environment, self.partition = environment, partition
-        self._records = RecordReader(codec, ("QueueEntry",))
-        schema = codec.schema("QueueEntry")
-        names = [f["name"] for f in schema["fields"]]
-        self._header = MARKER + codec.fingerprint_of("QueueEntry")
-        self._read = compile_tuple_reader(schema) if names == _ENTRY_FIELDS else None
-
-    @property
-    def fast(self) -> bool:
-        """Whether current-schema values are read without the codec."""
-        return self._read is not None
-
-    def envelope(self, value: bytes, offset: int) -> Envelope:
-        """The replayed message in ``value`` (raises CodecError if it is not a QueueEntry)."""
-        read = self._read
-        if read is not None and value[:10] == self._header:
-            try:
-                f = read(value)
-            except (IndexError, UnicodeDecodeError, ValueError):
-                f = None
-            if f is not None:
-                return Envelope(f[1], f[2], f[3], f[4], f[5], True, self.environment, f[8],
-                                True, f[6], offset)
-        rec = self._records.decode(value).record
-        return Envelope(rec["message_id"], rec["sender"], rec["message_type"], rec["payload"],
-                        rec["timestamp_ms"], True, self.environment,
-                        rec.get("delivery_count", 0), True,
-                        rec.get("txlog_partition", self.partition), offset)
 
 
 def _mark_suffix(incarnation: str) -> bytes:
@@ -219,6 +177,7 @@ class ReplicaReplayer:
         self.replay_ms = 0.0
         self.handover_ms = 0.0
         self.forwarded = 0
+        self.damaged = 0            # replayed entries that did not decode (left queued)
         self._lock = threading.Lock()
 
     def _epoch(self) -> Epoch:
@@ -308,14 +267,16 @@ class ReplicaReplayer:
         """Dispatch the stream's entries: each batch the replica sent is delivered in chunks
         of the stream's ack interval (decided under one lock, run per sender without a
         handoff per message), and each chunk is acked once accepted."""
-        envelope = EntryReader(core.environment, stream.partition).envelope
+        reader = EntryReader(core.environment, stream.partition)
         chunk = max(1, stream.ack_every)
         for rows in stream.entry_batches():
             for i in range(0, len(rows), chunk):
-                envs = [envelope(value, offset) for offset, value in rows[i:i + chunk]]
+                part = rows[i:i + chunk]
+                envs = reader.envelopes(part)
                 self.replay_received += len(envs)
                 self.replayed += core.deliver_replayed_batch(envs)
-                stream.ack(len(envs))
+                stream.ack(len(part))
+        self.damaged += reader.damaged
 
     def _handover(self, core: PeerCore) -> None:
         follower = self.follower
@@ -337,7 +298,8 @@ class ReplicaReplayer:
         return {"stage": self.stage, "replayed": self.replayed,
                 "replay_received": self.replay_received,
                 "duplicates_dropped": self.replay_received - self.replayed,
-                "forwarded": self.forwarded, "retries": self.retries, "nodes": self.nodes,
+                "forwarded": self.forwarded, "damaged": self.damaged,
+                "retries": self.retries, "nodes": self.nodes,
                 "barrier": self.barrier, "partition": self.partition,
                 "handover_target": self.handover_target, "replay_ms": round(self.replay_ms, 1),
                 "handover_ms": round(self.handover_ms, 1),

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from log.codec import MARKER, schema_fingerprint
-from log.fast_decoder import compile_flat_reader
+from log.fast_decoder import compile_flat_reader, compile_tuple_reader
 from peer_client.avro_fast import compile_object_encoder
 from peer_client.exceptions import MessageTypeError, PayloadError
 
@@ -152,6 +152,13 @@ def _to_data(obj: Any, text: bool = False) -> Any:
     return obj
 
 
+def _positional(cls: type) -> bool:
+    """Whether ``cls(*values)`` builds ``cls`` from its schema's field values in order:
+    every field is an ``__init__`` argument and none needs converting."""
+    hints = typing.get_type_hints(cls)
+    return all(f.init and _builder(hints[f.name]) is None for f in dataclasses.fields(cls))
+
+
 class AvroSerializer:
     """Avro single-object payloads for a dataclass, schema derived from its type hints."""
 
@@ -166,6 +173,8 @@ class AvroSerializer:
         self._fast = compile_object_encoder(self._parsed, self._header)
         # a generated reader for a flat schema (~3x faster than fastavro's generic one)
         self._fast_read = compile_flat_reader(self._parsed)
+        # ... and straight into the constructor's arguments when no field needs converting
+        self._fast_args = compile_tuple_reader(self._parsed) if _positional(cls) else None
         self.encode = self._encode_fast if self._fast else self._encode_generic  # type: ignore[method-assign]
 
     def _encode_fast(self, obj: Any) -> bytes:
@@ -193,6 +202,18 @@ class AvroSerializer:
 
     def decode(self, data: bytes) -> Any:
         """The object a payload holds; :class:`PayloadError` on anything malformed."""
+        args = self._fast_args
+        if args is not None and data[:_HEADER] == self._header:
+            try:
+                values = args(data)
+            except (IndexError, UnicodeDecodeError, ValueError):
+                values = None  # damaged: the generic reader says why
+            if values is not None:
+                try:
+                    return self.cls(*values)
+                except (TypeError, ValueError) as exc:
+                    raise PayloadError(f"payload does not fit {self.cls.__qualname__}:"
+                                       f" {exc}") from None
         fast = self._fast_read
         if fast is not None and data[:_HEADER] == self._header:
             try:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
+from gossip.replay_rows import encode_row
 from log.codec import default_codec
 from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
@@ -267,7 +268,8 @@ class Ingestor:
             if key is None:
                 return "queue entry without a key"
             rec = dec.record
-            queue_index.put_entry(batch, k, key, value, rec["peer"], rec["txlog_offset"])
+            queue_index.put_entry(batch, k, key, value, rec["peer"], rec["txlog_offset"],
+                                  encode_row(rec))
         elif dec.name == "QueueProgress":
             batch.wb.put(progress_key(k), value)
         else:

@@ -28,10 +28,11 @@ __all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position
 log = logging.getLogger(__name__)
 _Q = struct.Struct(">Q")
 _H = struct.Struct(">H")
-#: An index value ``\0 <2-byte length> <queue key> <QueueEntry bytes>`` carries the entry, so
-#: a replay reads a peer's queue with one iterator; a value without it (a store written
-#: before) is the queue key alone (a queue key never starts with NUL: the peer id is not
-#: empty and holds no NUL), and the entry is read from the queue key.
+#: An index value ``\0 <2-byte length> <queue key> <entry>`` carries the entry as a replay
+#: streams it (its replay row; QueueEntry bytes if it has none), so a replay reads a peer's
+#: queue with one iterator; a value without it (a store written before) is the queue key
+#: alone (a queue key never starts with NUL: the peer id is not empty and holds no NUL),
+#: and the entry is read from the queue key.
 _INLINE = b"\0"
 
 
@@ -63,14 +64,16 @@ def indexed(batch: Batch, partition: int, key: bytes) -> tuple[str, int] | None:
 
 
 def put_entry(batch: Batch, partition: int, key: bytes, value: bytes, peer: str,
-              offset: int) -> None:
-    """Upsert QueueEntry ``value`` under ``key`` with its index entry, in ``batch``."""
+              offset: int, row: bytes | None = None) -> None:
+    """Upsert QueueEntry ``value`` under ``key`` with its index entry, in ``batch``. The
+    index entry carries ``row`` (the entry's replay row, :mod:`gossip.replay_rows`), or the
+    QueueEntry bytes when there is none."""
     old = indexed(batch, partition, key)
     if old is not None and old != (peer, offset):
         batch.wb.delete(queue_index_key(partition, *old))
     batch.wb.put(queue_prefix(partition) + key, value)
     batch.wb.put(queue_index_key(partition, peer, offset),
-                 _INLINE + _H.pack(len(key)) + key + value)
+                 b"".join((_INLINE, _H.pack(len(key)), key, value if row is None else row)))
     batch.queue_keys[(partition, key)] = (peer, offset)
 
 
@@ -84,8 +87,9 @@ def delete_entry(batch: Batch, partition: int, key: bytes) -> None:
 
 
 def index_value(value: bytes) -> tuple[bytes, bytes | None]:
-    """``(queue key, QueueEntry bytes)`` of a stored index value; the entry is None in a
-    value written before entries were kept in the index (read it under the queue key)."""
+    """``(queue key, entry)`` of a stored index value: the entry's replay row or QueueEntry
+    bytes; None in a value written before entries were kept in the index (read it under the
+    queue key)."""
     if value[:1] == _INLINE:
         n = _H.unpack_from(value, 1)[0]
         return value[3:3 + n], value[3 + n:]
@@ -95,8 +99,9 @@ def index_value(value: bytes) -> tuple[bytes, bytes | None]:
 def read_queue(store: Store, partition: int, peer: str, after: int, end: int, limit: int
                ) -> tuple[list[tuple[int, bytes]], int | None]:
     """Up to ``limit`` entries of ``peer``'s queue with txlog offsets in ``(after, end)``,
-    in txlog order, as ``(offset, QueueEntry bytes)``; plus the last offset read from the
-    index (None when nothing is left). One LevelDB snapshot: index and entries agree."""
+    in txlog order, as ``(offset, entry)`` (a replay row, or QueueEntry bytes); plus the last
+    offset read from the index (None when nothing is left). One LevelDB snapshot: index and
+    entries agree."""
     prefix = queue_index_prefix(partition, peer)
     rows: list[tuple[int, bytes]] = []
     last: int | None = None

@@ -23,8 +23,8 @@ from test_replica_support import replica_stack, status, txlog_ust
 from gossip.cluster_config import ConfigLog, Epoch
 from gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
 from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
+from gossip.replay_rows import entry_record, is_row
 from gossip.service import ReplicaClient
-from log.codec import default_codec
 from log.load import generate_load
 from log.offsets import end_offsets
 from log.partitioner import partition_for_peer
@@ -38,7 +38,6 @@ from tidemark.stack.replicas import peer_env
 
 pytestmark = pytest.mark.integration
 ENV = "default"
-q_codec = default_codec()
 
 
 @pytest.fixture(scope="module")
@@ -137,14 +136,16 @@ def test_replay_is_the_queue_in_txlog_order_paced_by_acks(stack: LocalStack) -> 
     q.upsert(other, omid, ooff)
     q.progress(k)
     want = [off for i, (_, off) in enumerate(sent) if i % 7]
+    mid_at = {off: mid for mid, off in sent}
 
     client = ReplicaClient()
     stream = client.replay_any(epoch_of(stack), peer, ENV, batch=300, window=40)
     assert stream.node == owner(stack, peer)[0] and stream.barrier == sent[-1][1] + 2
     got = []
     for e in stream.entries():
-        rec = q.codec.decode(e.value).record
-        assert (rec["peer"], rec["txlog_offset"]) == (peer, e.offset)
+        assert is_row(e.value)  # ingest stored the entry's replay row
+        rec = entry_record(e.value)
+        assert (rec["txlog_offset"], rec["message_id"]) == (e.offset, mid_at[e.offset])
         got.append(e.offset)
         assert stream.received - stream.acked <= 300 + 40
         stream.ack()
@@ -274,8 +275,7 @@ def test_replay_of_the_queues_the_spark_job_built(stack: LocalStack, tmp_path: P
             stream = client.replay_any(epoch, peer, ENV, barrier_timeout_ms=300_000)
             ids, offsets = [], []
             for e in stream.entries():
-                rec = q_codec.decode(e.value).record
-                ids.append(rec["message_id"])
+                ids.append(entry_record(e.value)["message_id"])
                 offsets.append(e.offset)
                 stream.ack()
             stream.close()

@@ -120,31 +120,44 @@ def _payload_view(decode: object, data: bytes) -> object:
 
 
 def _generic(data: bytes) -> object:
-    """The decoder without the generated reader (fastavro's generic one)."""
-    fast, FLAT._fast_read = FLAT._fast_read, None
+    """The decoder without the generated readers (fastavro's generic one)."""
+    fast, args = FLAT._fast_read, FLAT._fast_args
+    FLAT._fast_read = FLAT._fast_args = None
     try:
         return FLAT.decode(data)
     finally:
-        FLAT._fast_read = fast
+        FLAT._fast_read, FLAT._fast_args = fast, args
+
+
+def _by_dict(data: bytes) -> object:
+    """The decoder through the generated dict reader (the constructor called by name)."""
+    args, FLAT._fast_args = FLAT._fast_args, None
+    try:
+        return FLAT.decode(data)
+    finally:
+        FLAT._fast_args = args
 
 
 def test_a_flat_dataclass_gets_a_generated_payload_reader() -> None:
     assert FLAT._fast_read is not None
+    assert FLAT._fast_args is not None  # no field to convert: read straight into Flat(...)
 
     @dataclass
     class Nested:
         inner: Flat
 
     assert AvroSerializer(Nested, "unit.Nested")._fast_read is None
+    assert AvroSerializer(Nested, "unit.Nested")._fast_args is None
 
 
 @settings(max_examples=300, deadline=None)
 @given(flats, st.data())
 def test_payload_reader_matches_fastavro(obj: Flat, data: st.DataObject) -> None:
     payload = FLAT.encode(obj)
-    assert FLAT.decode(payload) == _generic(payload) == obj
+    assert FLAT.decode(payload) == _by_dict(payload) == _generic(payload) == obj
     for bad in _damaged(payload, data):
-        assert _payload_view(FLAT.decode, bad) == _payload_view(_generic, bad)
+        assert (_payload_view(FLAT.decode, bad) == _payload_view(_by_dict, bad)
+                == _payload_view(_generic, bad))
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from gossip.exceptions import QueuesBehindError, ReplayInterruptedError, ReplayRefusedError
+from gossip.replay_rows import encode_row, entry_record, is_row
 from gossip.service import ReplicaClient, start_server
 from log.codec import default_codec
 from log.partitioner import partition_for_peer
@@ -58,12 +59,15 @@ class Replica:
                             streams={"Replay": self.service.handle})
 
     def put(self, peer: str, mid: str, offset: int) -> None:
+        """Queue ``mid``: its index entry carries a replay row (as ingest writes it) for
+        even offsets, the QueueEntry bytes (as written before rows) for odd ones."""
         batch = self.store.batch()
+        rec = {"peer": peer, "message_id": mid, "sender": "al", "message_type": "t",
+               "payload": mid.encode(), "timestamp_ms": 1, "txlog_partition": K,
+               "txlog_offset": offset, "delivery_count": 0}
         put_entry(batch, partition_for_peer(peer, 4), f"{peer}\0{mid}".encode(),
-                  CODEC.encode("QueueEntry", {
-                      "peer": peer, "message_id": mid, "sender": "al", "message_type": "t",
-                      "payload": mid.encode(), "timestamp_ms": 1, "txlog_partition": K,
-                      "txlog_offset": offset, "delivery_count": 0}), peer, offset)
+                  CODEC.encode("QueueEntry", rec), peer, offset,
+                  encode_row(rec) if offset % 2 == 0 else None)
         batch.commit()
 
     def drop(self, peer: str, mid: str) -> None:
@@ -105,7 +109,8 @@ def test_streams_exactly_the_queue_in_txlog_order_with_flow_control(replica: Rep
     got = []
     for e in stream.entries():
         got.append(e.offset)
-        assert CODEC.decode(e.value).record["txlog_offset"] == e.offset
+        assert is_row(e.value) == (e.offset % 2 == 0)
+        assert entry_record(e.value)["txlog_offset"] == e.offset
         assert stream.received - stream.acked <= 500 + 50
         stream.ack()
     assert got == [o for i, o in enumerate(offsets) if i != 5]
@@ -236,7 +241,7 @@ def test_entry_batches_stream_the_same_entries_acked_by_chunk(replica: Replica) 
         for i in range(0, len(rows), stream.ack_every):
             chunk = rows[i:i + stream.ack_every]
             got.extend(off for off, _ in chunk)
-            assert all(CODEC.decode(v).record["txlog_offset"] == off for off, v in chunk)
+            assert all(entry_record(v)["txlog_offset"] == off for off, v in chunk)
             stream.ack(len(chunk))
     assert got == [2 * i for i in range(1_000)] and sizes == [300, 300, 300, 100]
     assert stream.complete and stream.acked == 1_000
