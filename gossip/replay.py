@@ -6,8 +6,8 @@ entries processed), ``{"acked_offset": o}`` (every entry up to txlog offset o pr
 or ``{"renew": true}``; every message renews the replay's pin. The replica answers with
 tagged messages: ``H`` + JSON header (pin, barrier, partition, node: sent once pinned,
 before the queues are awaited), ``E`` + ``>III`` (batch number, unacked when the batch
-started, unacked after this message) + records ``>QI`` (txlog offset, length, QueueEntry
-bytes as stored), and a last ``C`` + JSON (``replay complete up to barrier B``), after
+started, unacked after this message) + records ``>QI`` (txlog offset, length) + the entry
+as stored (its replay row, :mod:`gossip.replay_rows`, or QueueEntry bytes), and a last ``C`` + JSON (``replay complete up to barrier B``), after
 which the replica keeps the call open until the peer closes its side. Errors
 end the stream with a gRPC status whose trailing metadata ``tidemark-error`` names the
 :mod:`gossip.exceptions` class. :class:`ReplayStream` is the peer's handle on one replay.
@@ -67,7 +67,9 @@ def request_peer(first: bytes | None) -> str | None:
 
 
 class ReplayEntry(NamedTuple):
-    """One replayed queue entry: its txlog offset and the QueueEntry bytes as stored."""
+    """One replayed queue entry: its txlog offset and the entry as stored, a replay row
+    (:mod:`gossip.replay_rows`) or QueueEntry bytes (:func:`gossip.replay_rows.entry_record`
+    reads both)."""
 
     offset: int
     value: bytes
