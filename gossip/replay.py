@@ -7,10 +7,11 @@ or ``{"renew": true}``; every message renews the replay's pin. The replica answe
 tagged messages: ``H`` + JSON header (pin, barrier, partition, node: sent once pinned,
 before the queues are awaited), ``E`` + ``>III`` (batch number, unacked when the batch
 started, unacked after this message) + records ``>QI`` (txlog offset, length) + the entry
-as stored (its replay row, :mod:`gossip.replay_rows`, or QueueEntry bytes), and a last ``C`` + JSON (``replay complete up to barrier B``), after
-which the replica keeps the call open until the peer closes its side. Errors
-end the stream with a gRPC status whose trailing metadata ``tidemark-error`` names the
-:mod:`gossip.exceptions` class. :class:`ReplayStream` is the peer's handle on one replay.
+as stored (its replay row, :mod:`gossip.replay_rows`, or QueueEntry bytes), and a last
+``C`` + JSON (``replay complete up to barrier B``), after which the replica keeps the call
+open until the peer closes its side. Errors end the stream with a gRPC status whose
+trailing metadata ``tidemark-error`` names the :mod:`gossip.exceptions` class.
+:class:`ReplayStream` is the peer's handle on one replay.
 """
 
 from __future__ import annotations

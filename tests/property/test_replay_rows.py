@@ -18,15 +18,10 @@ from gossip.replay_rows import (
 )
 from log.codec import default_codec
 from peer_client.replay_entries import EntryReader
+from tests.strategies import queue_entries
 
 C = default_codec()
-text = st.text(max_size=40)
-long = st.integers(-(1 << 63), (1 << 63) - 1)
-int32 = st.integers(-(1 << 31), (1 << 31) - 1)
-entries = st.fixed_dictionaries({
-    "peer": text, "message_id": text, "sender": text, "message_type": text,
-    "payload": st.binary(max_size=300), "timestamp_ms": long, "txlog_partition": int32,
-    "txlog_offset": long, "delivery_count": int32})
+entries = queue_entries
 
 
 def _fields(env: object) -> tuple[object, ...]:

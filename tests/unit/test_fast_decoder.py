@@ -16,16 +16,11 @@ from peer_client.exceptions import PayloadError
 from peer_client.records import Envelope
 from peer_client.serializers import AvroSerializer
 from spark_streaming.records import RecordReader as JobRecordReader
+from tests.strategies import long, queue_entries, text
 
 C = default_codec()
 READER = RecordReader(C, ("QueueEntry",))
-text = st.text(max_size=40)
-long = st.integers(-(1 << 63), (1 << 63) - 1)
-int32 = st.integers(-(1 << 31), (1 << 31) - 1)
-entries = st.fixed_dictionaries({
-    "peer": text, "message_id": text, "sender": text, "message_type": text,
-    "payload": st.binary(max_size=300), "timestamp_ms": long, "txlog_partition": int32,
-    "txlog_offset": long, "delivery_count": int32})
+entries = queue_entries
 
 
 def _view(decode: object, value: bytes) -> object:
