@@ -9,7 +9,9 @@ Layout: :data:`ROW_TAG` (``\\0R``), then ``>qqiiHHHI`` (timestamp ms, txlog offs
 partition, delivery count, then the byte lengths of message id, sender, message type and
 payload), then those four fields (UTF-8 for the strings). An entry stored before rows
 existed is QueueEntry bytes (Avro single-object, first byte ``0xC3``): :func:`entry_record`
-reads both.
+reads both. A peer says it reads rows (``"rows": true`` in its replay request); to a peer
+that does not (a client from before rows), the replica streams QueueEntry bytes
+(:func:`queue_entry`), so replicas can be upgraded before their peers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, NamedTuple
 from log.codec import default_codec
 
 __all__ = ["ROW_TAG", "ROW_HEAD", "HEAD_SIZE", "Row", "encode_row", "decode_row", "is_row",
-           "entry_record", "RowError"]
+           "entry_record", "queue_entry", "RowError"]
 
 #: The first two bytes of a row (a QueueEntry's first byte is the Avro marker 0xC3).
 ROW_TAG = b"\0R"
@@ -97,3 +99,11 @@ def entry_record(value: bytes) -> dict[str, Any]:
     rec = dict(default_codec().decode(value).record)
     rec.pop("peer", None)
     return rec
+
+
+def queue_entry(value: bytes, peer: str) -> bytes:
+    """QueueEntry bytes of a replayed entry of ``peer``'s queue: a row re-encoded, QueueEntry
+    bytes as they are (raises :class:`RowError` for a damaged row)."""
+    if not is_row(value):
+        return value
+    return default_codec().encode("QueueEntry", {"peer": peer, **decode_row(value)._asdict()})

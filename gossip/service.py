@@ -155,14 +155,15 @@ class ReplicaClient:
     def replay(self, address: str, peer_id: str, environment: str, batch: int = DEFAULT_BATCH,
                window: int = DEFAULT_WINDOW, *, lease_ms: int | None = None,
                barrier_timeout_ms: int | None = None, after_offset: int = -1,
-               auto_renew: bool = True, node: str = "", token: str | None = None
-               ) -> ReplayStream:
+               auto_renew: bool = True, node: str = "", token: str | None = None,
+               rows: bool = True) -> ReplayStream:
         """Open a replay of ``peer_id``'s queue on the replica at ``address``.
 
         Returns once the replica pinned the GC point at the barrier (the stream's ``barrier``
         and ``pin``); iterate ``entries()`` (they start once the queues reach the barrier),
         ``ack(n)`` what was processed, ``close()``. ``after_offset`` skips entries up to that
-        txlog offset (a retry after an interrupted replay). Raises
+        txlog offset (a retry after an interrupted replay). ``rows=False`` asks for every
+        entry as QueueEntry bytes (else a replica sends the replay rows it stores). Raises
         :class:`~gossip.exceptions.NodeUnreachableError` if the replica does not answer and
         :class:`~gossip.exceptions.ReplayRefusedError` if it refuses (environment, partition),
         :class:`~gossip.exceptions.PeerAuthError` (no or bad ``token``) or
@@ -171,7 +172,7 @@ class ReplicaClient:
         """
         request: dict[str, Any] = {"peer": peer_id, "environment": environment,
                                    "batch": batch, "window": window,
-                                   "after_offset": after_offset}
+                                   "after_offset": after_offset, "rows": rows}
         if lease_ms is not None:
             request["lease_ms"] = lease_ms
         if barrier_timeout_ms is not None:

@@ -33,6 +33,7 @@ from gossip.exceptions import (
     ReplicaBusyError,
 )
 from gossip.replay import COMPLETE, DEFAULT_BATCH, DEFAULT_WINDOW, HEADER, encode_entries
+from gossip.replay_rows import RowError, queue_entry
 from log.codec import default_codec
 from log.exceptions import CodecError
 from log.offsets import watermarks
@@ -68,6 +69,7 @@ class Session:
     barrier: int
     batch: int
     window: int
+    rows: bool = False  # the peer reads replay rows (else: QueueEntry bytes)
     state: str = "waiting for queues"   # then streaming / waiting for acks / complete
     sent: int = 0
     acked: int = 0
@@ -164,6 +166,7 @@ class ReplayService:
         timeout = int(req.get("barrier_timeout_ms") or self.limits.barrier_timeout_ms)
         return {"peer": peer, "partition": k, "batch": batch, "window": window,
                 "lease_ms": req.get("lease_ms"), "after": int(req.get("after_offset", -1)),
+                "rows": req.get("rows") is True,
                 "timeout_ms": max(0, min(timeout, self.limits.max_barrier_timeout_ms))}
 
     def handle(self, requests: Iterator[bytes], context: grpc.ServicerContext
@@ -182,7 +185,7 @@ class ReplayService:
                               f"txlog/{k} high watermark is unknown ({exc})") from None
         lease = self.leases.grant({f"txlog/{k}": barrier}, self.gc_point(), req["lease_ms"],
                                   owner=peer)
-        session = Session(peer, lease.pin, k, barrier, req["batch"], req["window"])
+        session = Session(peer, lease.pin, k, barrier, req["batch"], req["window"], req["rows"])
         with self._lock:
             self.sessions[lease.pin] = session
         context.add_callback(session.end)
@@ -300,6 +303,8 @@ class ReplayService:
                 at_start = len(session.unacked)
             if rows:
                 batch_no += 1
+                if not session.rows:  # a peer from before replay rows
+                    rows = _queue_entries(rows, peer)
                 for chunk in self._chunks(rows):
                     with session.cond:
                         session.unacked.extend(off for off, _ in chunk)
@@ -338,3 +343,16 @@ class ReplayService:
             size += len(row[1]) + 12
         if chunk:
             yield chunk
+
+
+def _queue_entries(rows: list[tuple[int, bytes]], peer: str) -> list[tuple[int, bytes]]:
+    """``rows`` with each replay row re-encoded as QueueEntry bytes; a damaged one is sent
+    as it is (the peer skips it and it stays queued)."""
+    out = []
+    for off, value in rows:
+        try:
+            out.append((off, queue_entry(value, peer)))
+        except RowError:
+            log.error("replay of %s: the row at txlog offset %d is damaged", peer, off)
+            out.append((off, value))
+    return out

@@ -15,6 +15,7 @@ from gossip.replay_rows import (
     encode_row,
     entry_record,
     is_row,
+    queue_entry,
 )
 from log.codec import default_codec
 from peer_client.replay_entries import EntryReader
@@ -40,6 +41,8 @@ def test_a_row_holds_the_queue_entry_and_reads_as_its_envelope(record: dict) -> 
     want = {k: v for k, v in record.items() if k != "peer"}
     assert entry_record(row) == entry_record(value) == want
     assert decode_row(row)._asdict() == want
+    assert queue_entry(row, record["peer"]) == value  # what a peer without rows is sent
+    assert queue_entry(value, "anyone") == value
     reader = EntryReader("env", 3)
     from_row = reader.envelopes([(record["txlog_offset"], row)])
     from_entry = reader.envelopes([(record["txlog_offset"], value)])

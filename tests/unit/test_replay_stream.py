@@ -124,6 +124,31 @@ def test_streams_exactly_the_queue_in_txlog_order_with_flow_control(replica: Rep
     client.close()
 
 
+def test_a_peer_that_does_not_read_rows_gets_queue_entry_bytes(replica: Replica) -> None:
+    """A client from before replay rows (``rows`` not asked) is sent every entry as the
+    QueueEntry bytes it stands for, rows re-encoded; one that asks gets what is stored."""
+    for i in range(40):
+        replica.put(PEER, f"m{i}", i)  # even offsets stored as rows
+    replica.set_progress(10_000)
+    client = ReplicaClient()
+    old = client.replay(replica.address, PEER, "test", rows=False)
+    entries = list(old.entries())
+    old.ack(len(entries))
+    old.close()
+    assert [e.offset for e in entries] == list(range(40))
+    assert not any(is_row(e.value) for e in entries)
+    for e in entries:
+        rec = CODEC.decode(e.value).record
+        assert (rec["peer"], rec["message_id"], rec["txlog_offset"], rec["payload"]) == (
+            PEER, f"m{e.offset}", e.offset, f"m{e.offset}".encode())
+    new = client.replay(replica.address, PEER, "test")
+    stored = list(new.entries())
+    new.ack(len(stored))
+    new.close()
+    assert [is_row(e.value) for e in stored] == [e.offset % 2 == 0 for e in stored]
+    assert [entry_record(e.value) for e in stored] == [entry_record(e.value) for e in entries]
+
+
 def test_server_waits_for_acks_between_batches(replica: Replica) -> None:
     for i in range(30):
         replica.put(PEER, f"m{i}", i)
