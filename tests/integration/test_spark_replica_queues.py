@@ -20,8 +20,8 @@ import pytest
 from test_replica_support import replica_stack
 
 from gossip.cluster_config import ConfigLog, Epoch
+from gossip.replay_rows import entry_record
 from gossip.service import ReplicaClient
-from log.codec import default_codec
 from log.load import generate_load
 from log.producer import LogProducer
 from log.settings import Settings
@@ -30,7 +30,6 @@ from spark_streaming.runner import JobProcess, expected_queues
 from tidemark.stack.launcher import LocalStack
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
-CODEC = default_codec()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +84,7 @@ def _replica_queue(client: ReplicaClient, epoch: Epoch, peer: str, env: str
     out = []
     try:
         for entry in stream.entries():
-            out.append((entry.offset, CODEC.decode(entry.value).record["message_id"]))
+            out.append((entry.offset, entry_record(entry.value)["message_id"]))
             stream.ack()
     finally:
         stream.close()
