@@ -88,7 +88,7 @@ def decode_row(value: bytes) -> Row:
         mtype = value[p:p + c].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RowError(f"replay row with a malformed string: {exc}") from None
-    return Row(mid, sender, mtype, bytes(value[p + c:]), ts, off, part, count)
+    return Row(mid, sender, mtype, value[p + c:], ts, off, part, count)
 
 
 def entry_record(value: bytes) -> dict[str, Any]:

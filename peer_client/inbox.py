@@ -174,17 +174,14 @@ class Inbox:
         completed, count = self.completed, self._count
         stopped = phase in STOPPED_PHASES
         live_held = phase is Phase.REPLAY  # live messages are held back during replay
-        check = dedup.check_and_add
-        handler_of: dict[str, Handler | None] = {}
+        check, handler_of = dedup.check_and_add, handlers.get
         todo: list[_Todo] = []
         append = todo.append
         runs = dups = 0
         for env in envs:
             if (completed is None and not stopped and env.environment == environment
                     and (env.replay or not live_held)):
-                mtype = env.message_type
-                h = handler_of[mtype] if mtype in handler_of else \
-                    handler_of.setdefault(mtype, handlers.get(mtype))
+                h = handler_of(env.message_type)
                 if h is not None:
                     if not check(env.message_id):
                         dups += 1

@@ -49,8 +49,8 @@ class EntryReader:
         append, unpack, names, env = out.append, ROW_HEAD.unpack_from, self._names, \
             self.environment
         for offset, value in rows:
-            if value[:2] == ROW_TAG:
-                try:
+            if value[:2] == ROW_TAG:  # gossip.replay_rows.decode_row, inline (the hot path;
+                try:                   # tests/property/test_replay_rows.py keeps them equal)
                     ts, _, part, count, a, b, c, d = unpack(value, 2)
                     p = HEAD_SIZE
                     q = p + a
