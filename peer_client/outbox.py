@@ -55,6 +55,7 @@ class Outbox:
         self.lock = threading.Lock()
         self.unreachable: dict[str, float] = {}
         self.logged = 0
+        self.served = 0  # times the sending thread served delivery callbacks itself
         self._codec = peer_codec()
 
     # ---- entry -------------------------------------------------------------------------
@@ -76,6 +77,7 @@ class Outbox:
         self.logged += 1
         if not self.logged & 511:
             self.log.serve()
+            self.served += 1
 
     def put_logged(self, to: str, item: OutItem) -> None:
         """A persistent message for a peer that is not up: append it now, unless earlier

@@ -239,9 +239,17 @@ class Peer:
 
     def _housekeeping(self) -> None:
         tick_s, next_tick = self.options.tick_ms / 1000, 0.0
-        poll, tick = self.kafka.poll, self.core.tick
+        poll, tick, outbox = self.kafka.poll, self.core.tick, self.core.outbox
+        served = outbox.served
         while not self._stop.is_set():
-            poll(tick_s)
+            if outbox.served != served:
+                # a sender appending fast serves the delivery callbacks itself (every 512
+                # appends): polling beside it only takes the interpreter lock from it
+                # (bench send: Peer.post at 0.60-0.97 of the raw producer, 0.85-1.04 without)
+                served = outbox.served
+                self._stop.wait(tick_s)
+            else:
+                poll(tick_s)
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + tick_s

@@ -46,6 +46,10 @@ __all__ = ["Node", "genesis_epoch"]
 
 log = logging.getLogger(__name__)
 
+#: A push due within this many seconds goes now: the consumer's waits are whole
+#: milliseconds, so a shorter one returns at once (an empty step, hundreds a second).
+PUSH_SLACK = 0.001
+
 
 def genesis_epoch(cf: ClusterFile) -> Epoch:
     """Epoch 1 seeded from the cluster TOML."""
@@ -153,7 +157,9 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
             while not self.stopping.is_set():
                 wait = 0.05
                 if unpublished:
-                    wait = max(0.0, min(wait, published + self.push_gap - time.monotonic()))
+                    # librdkafka waits in whole milliseconds: a shorter wait returns at once,
+                    # and the loop would spin through empty steps until the push is due
+                    wait = max(PUSH_SLACK, min(wait, published + self.push_gap - time.monotonic()))
                 applied = self.ingest.step(wait)
                 self.metrics.applied.inc(applied)
                 if applied:
@@ -161,7 +167,7 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
                     with self.progress:
                         self.progress.notify_all()
                 now = time.monotonic()
-                if unpublished and now >= published + self.push_gap:
+                if unpublished and now >= published + self.push_gap - PUSH_SLACK:
                     # event-driven gossip: the others learn what we applied at once
                     self._publish()
                     published, unpublished = now, False
