@@ -204,6 +204,7 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
                 return
             self._publish()
             self._recompute()
+            self._update_gauges()
             self._repair()
             self._consider_promotion()
         except (KafkaException, TimeoutError, TidemarkError) as exc:  # retried next period
@@ -293,7 +294,15 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
                 self.progress.notify_all()
         if changed:
             self.store.save_cut(ust, gc, ust_ms, self.ust_epoch)
+
+    def _update_gauges(self) -> None:
+        """The cut's gauges, on the periodic tick rather than on every recomputation of the
+        cut (each state change: a hundred or more a second under load; about 50 µs of
+        labelled gauge updates each time)."""
         m = self.metrics
+        with self.lock:
+            ust, gc, held = dict(self.ust), dict(self.gc_point), self.held
+            log_end = dict(self.log_end)
         m.epoch.set(self.epoch.epoch)
         for tp, o in ust.items():
             m.ust.labels(self.node_id, tp).set(o)
@@ -301,8 +310,8 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
         for tp, end in log_end.items():
             m.lag.labels(self.node_id, tp).set(max(0, end - ust.get(tp, 0)))
         m.held_back.clear()
-        if self.held:
-            m.held_back.labels(self.node_id, self.held["node"]).set(self.held["seconds"])
+        if held:
+            m.held_back.labels(self.node_id, held["node"]).set(held["seconds"])
 
     def collect_garbage(self) -> None:
         """One GC pass now, on the calling thread (the GC thread runs them on its own)."""
