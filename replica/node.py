@@ -42,13 +42,30 @@ from replica.node_rpc import NodeRpc
 from replica.replay import ReplayService
 from replica.store import Store
 
-__all__ = ["Node", "genesis_epoch"]
+__all__ = ["Node", "genesis_epoch", "step_wait", "push_due", "PUSH_SLACK"]
 
 log = logging.getLogger(__name__)
 
 #: A push due within this many seconds goes now: the consumer's waits are whole
 #: milliseconds, so a shorter one returns at once (an empty step, hundreds a second).
 PUSH_SLACK = 0.001
+#: How long an ingest step waits for records when no push is pending.
+IDLE_WAIT = 0.05
+
+
+def step_wait(now: float, push_at: float | None) -> float:
+    """How long the next ingest step may wait for records: until the pending push is due
+    (``push_at``, monotonic seconds; None when none is pending), at most :data:`IDLE_WAIT`,
+    and never less than :data:`PUSH_SLACK` (see :func:`push_due`)."""
+    if push_at is None:
+        return IDLE_WAIT
+    return max(PUSH_SLACK, min(IDLE_WAIT, push_at - now))
+
+
+def push_due(now: float, push_at: float) -> bool:
+    """Whether a pending push goes now: at ``push_at``, or when it is closer than a wait
+    the consumer can make (otherwise the loop spins through empty steps until then)."""
+    return now >= push_at - PUSH_SLACK
 
 
 def genesis_epoch(cf: ClusterFile) -> Epoch:
@@ -155,19 +172,15 @@ class Node(NodeConfigSteps, NodeRepair, NodeRpc):
         next_tick, published, unpublished = 0.0, 0.0, False
         try:
             while not self.stopping.is_set():
-                wait = 0.05
-                if unpublished:
-                    # librdkafka waits in whole milliseconds: a shorter wait returns at once,
-                    # and the loop would spin through empty steps until the push is due
-                    wait = max(PUSH_SLACK, min(wait, published + self.push_gap - time.monotonic()))
-                applied = self.ingest.step(wait)
+                due = published + self.push_gap if unpublished else None
+                applied = self.ingest.step(step_wait(time.monotonic(), due))
                 self.metrics.applied.inc(applied)
                 if applied:
                     unpublished = self.push_gap > 0
                     with self.progress:
                         self.progress.notify_all()
                 now = time.monotonic()
-                if unpublished and now >= published + self.push_gap - PUSH_SLACK:
+                if unpublished and push_due(now, published + self.push_gap):
                     # event-driven gossip: the others learn what we applied at once
                     self._publish()
                     published, unpublished = now, False
