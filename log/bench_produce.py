@@ -23,7 +23,8 @@ from log.producer import LogProducer
 from log.settings import Settings
 from log.topics import prefer_leaders, topic_specs
 
-__all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "warm_up", "WARM_UP_ROUNDS"]
+__all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "warm_up", "warm_up_report",
+           "WARM_UP_ROUNDS", "JIT_KEY", "JIT_QUIET_CORES"]
 
 #: Uncounted rounds of each side before the measured ones (brokers' JIT, page cache): at
 #: least this many, then more until the rates settle (:func:`warm_up`).
@@ -32,27 +33,56 @@ WARM_UP_ROUNDS = 2
 MAX_WARM_UP_ROUNDS = 10
 #: Warm-up ends once each side's last two rounds differ by at most this fraction.
 WARM_UP_TOLERANCE = 0.1
+#: With a probe of the brokers' JIT compilers, warm-up also waits until they used at most
+#: this many cores over the last round (at most :data:`MAX_JIT_WARM_UP_ROUNDS` rounds).
+JIT_QUIET_CORES = 0.1
+MAX_JIT_WARM_UP_ROUNDS = 40
+#: The key of the JIT compilers' cores per round in what :func:`warm_up` returns.
+JIT_KEY = "brokers_jit_cores"
 
 
 def warm_up(sides: Mapping[str, Callable[[], float]],
             progress: Callable[[str], None] = lambda m: None,
             min_rounds: int = WARM_UP_ROUNDS, max_rounds: int = MAX_WARM_UP_ROUNDS,
-            tolerance: float = WARM_UP_TOLERANCE) -> dict[str, list[float]]:
+            tolerance: float = WARM_UP_TOLERANCE,
+            jit: Callable[[], float] | None = None) -> dict[str, list[float]]:
     """Uncounted rounds of every side (name -> one round's rate) until each side's last two
     rates are within ``tolerance`` of each other (at least ``min_rounds``, at most
     ``max_rounds``); returns the rates, for the report. Right after a stack starts, the
     brokers' JIT compilers are still busy and a side can run at half its later rate for a
-    minute of load: a fixed number of rounds left that in the measured ones."""
+    minute of load: a fixed number of rounds left that in the measured ones.
+
+    ``jit``, when given, returns the CPU seconds the brokers' JIT compilers have used so far
+    (:func:`tidemark.stack.settle.broker_jit_probe` for the local stack). Warm-up then also
+    lasts until they used at most :data:`JIT_QUIET_CORES` over a round (up to
+    :data:`MAX_JIT_WARM_UP_ROUNDS`), and the cores of each round are returned under
+    :data:`JIT_KEY`. Two rates in a row can agree while the compilers still take half a core
+    of the two: the side that needs the most CPU of its own (the peer's Python) then measures
+    low, and its ratio depended on how long the brokers had been up."""
     rates: dict[str, list[float]] = {name: [] for name in sides}
-    for w in range(max_rounds):
+    cores: list[float] = []
+    rounds = max_rounds if jit is None else max(max_rounds, MAX_JIT_WARM_UP_ROUNDS)
+    for w in range(rounds):
+        started, used = time.perf_counter(), jit() if jit is not None else 0.0
         for name, run in sides.items():
             rates[name].append(run())
-        progress(f"warm-up round {w + 1} (not counted): " + ", ".join(
-            f"{name} {r[-1]:,.0f}/s" for name, r in rates.items()))
-        if w + 1 >= min_rounds and all(
-                abs(r[-1] - r[-2]) <= tolerance * max(r[-1], r[-2]) for r in rates.values()):
+        line = ", ".join(f"{name} {r[-1]:,.0f}/s" for name, r in rates.items())
+        if jit is not None:
+            cores.append((jit() - used) / (time.perf_counter() - started))
+            line += f"; brokers' JIT compilers {cores[-1]:.2f} cores"
+        progress(f"warm-up round {w + 1} (not counted): {line}")
+        settled = w + 1 >= min_rounds and all(
+            abs(r[-1] - r[-2]) <= tolerance * max(r[-1], r[-2]) for r in rates.values())
+        if settled and (jit is None or cores[-1] <= JIT_QUIET_CORES):
             break
+    if jit is not None:
+        rates[JIT_KEY] = cores
     return rates
+
+
+def warm_up_report(warm: Mapping[str, list[float]]) -> dict[str, list[float]]:
+    """What :func:`warm_up` returned, rounded for a report (rates to 1 msg/s, cores to 0.01)."""
+    return {k: [round(x, 2) if k == JIT_KEY else round(x) for x in v] for k, v in warm.items()}
 
 
 def bench_topic(settings: Settings) -> str:
@@ -113,8 +143,10 @@ def _run_log(settings: Settings, keys: list[str], payload: bytes) -> float:
 
 def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: int = 150,
                   rounds: int = 3, peers: int = 1000,
-                  progress: Callable[[str], None] = lambda m: None) -> dict:
-    """Run alternating rounds; returns rates (msg/s), their medians and the ratio."""
+                  progress: Callable[[str], None] = lambda m: None,
+                  jit: Callable[[], float] | None = None) -> dict:
+    """Run alternating rounds; returns rates (msg/s), their medians and the ratio. ``jit``:
+    a probe of the brokers' JIT compilers for the warm-up (:func:`warm_up`)."""
     topic = bench_topic(settings)
     payload = os.urandom(payload_bytes)
     keys = [f"peer-{i % peers}" for i in range(messages)]
@@ -126,7 +158,7 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
     # right after a stack starts, the brokers' JIT compilers take a quarter of a core each
     # for the first minute of load (measured from /proc)
     warm = warm_up({"raw": lambda: raw_produce_rate(settings, topic, keys, raw_value),
-                    "log": lambda: _run_log(settings, keys, payload)}, progress)
+                    "log": lambda: _run_log(settings, keys, payload)}, progress, jit=jit)
     raw_rates, log_rates = [], []
     for r in range(rounds):
         raw_rates.append(raw_produce_rate(settings, topic, keys, raw_value))
@@ -139,4 +171,4 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
             "ratio": round(ours / raw, 3), "target_ratio": 0.8,
             "raw_rounds": [round(x) for x in raw_rates],
             "log_rounds": [round(x) for x in log_rates],
-            "warm_up_rounds": {k: [round(x) for x in v] for k, v in warm.items()}}
+            "warm_up_rounds": warm_up_report(warm)}

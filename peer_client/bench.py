@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from log.bench_produce import raw_produce_rate, warm_up
+from log.bench_produce import raw_produce_rate, warm_up, warm_up_report
 from log.settings import Settings
 from log.topics import delete_topic_set, ensure_topics
 from peer_client.messages import message, message_type_of
@@ -58,10 +58,12 @@ def _peer_round(peer: Peer, keys: list[str], msg: BenchPayload, tracked: bool = 
 
 def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int = 150,
                rounds: int = 3, recipients: int = 1000,
-               progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+               progress: Callable[[str], None] = lambda m: None,
+               jit: Callable[[], float] | None = None) -> dict[str, Any]:
     """Alternating rounds of raw producer and ``Peer.send``; rates (msg/s), medians, ratio.
 
-    Runs on a topic set of its own (a unique prefix), deleted at the end.
+    Runs on a topic set of its own (a unique prefix), deleted at the end. ``jit``: a probe
+    of the brokers' JIT compilers for the warm-up (:func:`log.bench_produce.warm_up`).
     """
     bench = settings.with_overrides(
         topic_prefix=f"{settings.topic_prefix}bench{uuid.uuid4().hex[:6]}.")
@@ -81,7 +83,7 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
             raw_value, topic = os.urandom(len(sample)), bench.topic("txlog")
             warm = warm_up({  # the brokers' JIT settles first
                 "raw": lambda: raw_produce_rate(bench, topic, keys, raw_value),
-                "Peer.post": lambda: _peer_round(peer, keys, msg)}, progress)
+                "Peer.post": lambda: _peer_round(peer, keys, msg)}, progress, jit=jit)
             raw_rates, peer_rates, tracked_rates = [], [], []
             for r in range(rounds):
                 raw_rates.append(raw_produce_rate(bench, topic, keys, raw_value))
@@ -102,7 +104,7 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
             "raw_rounds": [round(x) for x in raw_rates],
             "peer_rounds": [round(x) for x in peer_rates],
             "tracked_rounds": [round(x) for x in tracked_rates],
-            "warm_up_rounds": {k: [round(x) for x in v] for k, v in warm.items()}}
+            "warm_up_rounds": warm_up_report(warm)}
 
 
 

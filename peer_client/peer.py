@@ -245,7 +245,7 @@ class Peer:
             if outbox.served != served:
                 # a sender appending fast serves the delivery callbacks itself (every 512
                 # appends): polling beside it only takes the interpreter lock from it
-                # (bench send: Peer.post at 0.60-0.97 of the raw producer, 0.85-1.04 without)
+                # (docs/peer_client.md, "bench send and the housekeeping thread")
                 served = outbox.served
                 self._stop.wait(tick_s)
             else:

@@ -14,6 +14,7 @@ from tidemark.options import (
     progress,
     settings_from_args,
 )
+from tidemark.stack.settle import broker_jit_probe
 
 __all__ = ["register"]
 
@@ -106,9 +107,11 @@ def _token(args: argparse.Namespace) -> int:
 
 def _bench_send(args: argparse.Namespace) -> int:
     from peer_client.bench import bench_send
-    result = bench_send(settings_from_args(args), messages=args.messages,
+    settings = settings_from_args(args)
+    result = bench_send(settings, messages=args.messages,
                         payload_bytes=args.payload_bytes, rounds=args.rounds,
-                        progress=progress)
+                        progress=progress,
+                        jit=broker_jit_probe(settings.bootstrap, args.state_dir))
     if args.json:
         print_json(result)
         return 0

@@ -6,6 +6,7 @@ import argparse
 
 from log.exceptions import ConfigError
 from tidemark.options import add_settings_args, print_json, progress, settings_from_args
+from tidemark.stack.settle import broker_jit_probe
 
 __all__ = ["register"]
 
@@ -53,9 +54,11 @@ def _topics_describe(args: argparse.Namespace) -> int:
 
 def _bench_produce(args: argparse.Namespace) -> int:
     from log.bench_produce import bench_produce
-    result = bench_produce(settings_from_args(args), messages=args.messages,
+    settings = settings_from_args(args)
+    result = bench_produce(settings, messages=args.messages,
                            payload_bytes=args.payload_bytes, rounds=args.rounds,
-                           progress=progress)
+                           progress=progress,
+                           jit=broker_jit_probe(settings.bootstrap, args.state_dir))
     if args.json:
         print_json(result)
     else:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["Settled", "Window", "busy_cores", "cpu_pressure", "measure", "wait_quiet"]
+from log.exceptions import ClusterLaunchError
+from tidemark.stack.launcher import LocalStack
+
+__all__ = ["Settled", "Window", "busy_cores", "cpu_pressure", "measure", "wait_quiet",
+           "jit_seconds", "broker_jit_probe"]
 
 
 def _cpu_times() -> tuple[float, float, float]:
@@ -119,3 +123,43 @@ def wait_quiet(threshold: float = QUIET_CORES, timeout_s: float = 120.0, window_
         progress(f"waiting for a quiet machine: {last.busy:.2f} cores busy"
                  f" (< {threshold:g} wanted)")
         last = measure(window_s)
+
+
+#: Thread names of the HotSpot JIT compilers, as /proc shows them (15 characters).
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def jit_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds the JIT compiler threads of the JVMs ``pids`` have used (from /proc; a
+    process or thread that is gone counts 0)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+            if name in JIT_THREADS:
+                parts = fields.split()
+                total += int(parts[11]) + int(parts[12])  # utime, stime
+    return total / tick
+
+
+def broker_jit_probe(bootstrap: str, state_dir: str | os.PathLike[str] | None
+                     ) -> Callable[[], float] | None:
+    """A probe of the local stack's brokers' JIT compilers (for the producer benches'
+    warm-up), or None when ``bootstrap`` is not that stack's (a cluster elsewhere)."""
+    try:
+        status = LocalStack(state_dir).status()
+    except ClusterLaunchError:  # a corrupt state file: no probe, the warm-up goes by rates
+        return None
+    if not status["bootstrap"] or status["bootstrap"] != bootstrap:
+        return None
+    pids = [b["pid"] for b in status["brokers"] if b["pid"]]
+    return (lambda: jit_seconds(pids)) if pids else None
