@@ -53,7 +53,7 @@ def warm_up(sides: Mapping[str, Callable[[], float]],
     minute of load: a fixed number of rounds left that in the measured ones.
 
     ``jit``, when given, returns the CPU seconds the brokers' JIT compilers have used so far
-    (:func:`tidemark.stack.settle.broker_jit_probe` for the local stack). Warm-up then also
+    (the CLI passes one for the local stack, whose broker processes it knows). Warm-up then also
     lasts until they used at most :data:`JIT_QUIET_CORES` over a round (up to
     :data:`MAX_JIT_WARM_UP_ROUNDS`), and the cores of each round are returned under
     :data:`JIT_KEY`. Two rates in a row can agree while the compilers still take half a core
