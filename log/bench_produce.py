@@ -4,9 +4,9 @@ Both run in the same process, against the same cluster, with the same durable se
 (acks=all, idempotence, RF=3, min ISR 2) and a delivery callback each, writing the same keys
 to a bench topic shaped like txlog. The raw producer sends pre-built bytes of the encoded
 record's size; the log producer builds and Avro-encodes a Send per message, as peers do.
-Uncounted rounds of each side warm the brokers up until both sides' rates settle
-(:func:`warm_up`); then rounds alternate so that neither side gets a warmer cluster; the
-median of each is reported.
+Uncounted rounds of each side warm the brokers up until both sides' rates settle and, given
+a probe, the brokers' JIT compilers are quiet (:func:`warm_up`); then rounds alternate so
+that neither side gets a warmer cluster; the median of each is reported.
 """
 
 from __future__ import annotations
@@ -155,8 +155,8 @@ def bench_produce(settings: Settings, messages: int = 200_000, payload_bytes: in
         "environment": settings.environment, "message_type": "bench.Event",
         "payload": payload, "timestamp_ms": 1_700_000_000_000, "delivery_count": 0})
     raw_value = os.urandom(len(sample))
-    # right after a stack starts, the brokers' JIT compilers take a quarter of a core each
-    # for the first minute of load (measured from /proc)
+    # right after a stack starts, the brokers' JIT compilers take up to half of the 2 cores
+    # for the first minutes of load (measured from /proc): warm_up waits them out
     warm = warm_up({"raw": lambda: raw_produce_rate(settings, topic, keys, raw_value),
                     "log": lambda: _run_log(settings, keys, payload)}, progress, jit=jit)
     raw_rates, log_rates = [], []

@@ -10,7 +10,8 @@ The headline figure is ``Peer.post`` (fire and forget, then ``flush``); ``tracke
 alive until Kafka acknowledges it, and pays for it in garbage-collector time. The recipient
 is not registered, so nothing is delivered directly (that path is measured by the
 integration tests). Rounds alternate after an uncounted warm-up that lasts until both
-sides' rates settle (:func:`~log.bench_produce.warm_up`); medians are reported.
+sides' rates settle and, on the local stack, the brokers' JIT compilers are quiet
+(:func:`~log.bench_produce.warm_up`); medians are reported.
 """
 
 from __future__ import annotations
