@@ -24,6 +24,7 @@ metrics_port = 7102          # optional; 0 = any free port
 min_age_ms = 0               # messages younger than this are kept
 retain_bytes = 0             # size rule: keep at least this much data per partition
 gc_interval_ms = 2000
+sweep_interval_ms = 5000     # Sends not acked when GC met them are re-checked at most this often
 ack_window_ms = 86400000     # an Ack's index entry outlives it this long (late duplicate Sends)
 
 [store]                      # LevelDB memory bounds (see replica.store.StoreOptions)
@@ -78,6 +79,8 @@ class ReleasePolicy:
     retain_bytes: int = 0
     gc_interval_ms: int = 2000
     ack_window_ms: int = 24 * 3600 * 1000  # how long an Ack still matches a later Send copy
+    #: pending Sends (not acked or purged when GC met them) are read again at most this often
+    sweep_interval_ms: int = 5000
 
 
 @dataclass(frozen=True)
@@ -180,7 +183,8 @@ def load_cluster_file(path: str | os.PathLike[str],
                             _int(release_doc, "retain_bytes", 0, f"{path}: release"),
                             _int(release_doc, "gc_interval_ms", 2000, f"{path}: release", 10),
                             _int(release_doc, "ack_window_ms", 24 * 3600 * 1000,
-                                 f"{path}: release"))
+                                 f"{path}: release"),
+                            _int(release_doc, "sweep_interval_ms", 5000, f"{path}: release"))
     store_doc = doc.get("store", {})
     if not isinstance(store_doc, dict):
         raise ClusterConfigError(f"{path}: [store] must be a table")

@@ -11,25 +11,31 @@ the deletions) up to the GC point. The cursor stops at the first record younger 
 whose timestamp lies more than :data:`MAX_SKEW_MS` in the future when the cursor first meets
 it is aged from that moment instead (a sender's clock cannot hold GC back for good).
 
-- A Send whose Ack or Purge is not below the GC point yet becomes *pending*: an entry
-  ``W k <peer> <message id> offset`` (length-prefixed strings). It is not visited again;
-  visiting its Ack releases every pending copy of that (peer, message id), visiting a Purge
-  every pending Send of that peer. Duplicate Sends are therefore all released with their Ack.
+- A Send whose Ack or Purge is not below the GC point yet is *pending*: it stays where it is,
+  below the cursor, and nothing is written for it (an index of pending Sends by message id
+  cost a random-order write per Send, which LevelDB's compactions then kept rewriting).
+  Visiting an Ack or a Purge marks the partition for a *sweep* (:mod:`replica.gc_state`):
+  at most every ``sweep_interval_ms``, the records left below the cursor are read again in
+  offset order and those now acked or purged below the point are released. Duplicate Sends
+  are therefore all released with their Ack.
 - The Ack index entry is not removed when a Send is released: a copy appended later (a
   sender's retry) or a Send the Ack beat must still find it. When the Ack is visited, an
   expiry ``E k <due ms> <ack offset>`` is written; after ``ack_window_ms`` past the Ack's
   timestamp the entry is dropped (if it still names that Ack).
 - An AckBatch is visited as the Acks of each of its ids, in order; their expiries are
-  ``E k <due ms> <batch offset> <4-byte index in the batch>``.
-- A Purge index entry is dropped when its Purge is visited: every Send before it has been
-  decided by then.
+  ``E k <due ms> <batch offset> <4-byte index in the batch>``. An expiry is applied only
+  once a sweep that started after its Ack was visited has finished.
+- A Purge index entry is dropped when a sweep that started after its Purge was visited
+  finishes: every Send before it has been decided by then.
+- Stores from before sweeps hold ``W k ...`` pending entries: they are deleted (their Sends
+  are still there, below the cursor, for the first sweep).
 - A DeliveryFailed record (a handler failure of the recipient, kept for delivery counts)
   goes like a Send of the same (peer, message id): with its Ack, or a Purge of the peer.
 
 Deletions are written in batches of :data:`CHUNK` operations, each with the cursor it
 reaches, so a crash in between resumes there; the interval map floor is raised to the cursor
-with the last batch. ``budget`` bounds the records one pass visits (the rest waits for the
-next pass), so a pass costs the same whatever the size of the store.
+with the last batch. ``budget`` bounds the records one pass reads, visited or swept (the rest
+waits for the next pass), so a pass costs the same whatever the size of the store.
 """
 
 from __future__ import annotations
@@ -44,11 +50,19 @@ from log.exceptions import CodecError
 from replica.batch import Batch
 from replica.config import ReleasePolicy
 from replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
+from replica.gc_state import (
+    GcState,
+    decode_state,
+    encode_state,
+    finish_sweep,
+    start_sweep,
+    state_key,
+    sweep_due,
+)
 from replica.keys import ack_prefix, data_key, purge_prefix
 from replica.store import Store
 
-__all__ = ["release", "collect", "PassResult", "GcState", "load_state", "pending_prefix",
-           "CHUNK", "MAX_SKEW_MS"]
+__all__ = ["release", "collect", "PassResult", "GcState", "load_state", "CHUNK", "MAX_SKEW_MS"]
 
 log = logging.getLogger(__name__)
 
@@ -57,31 +71,23 @@ MAX_SKEW_MS = 5 * 60_000      # a timestamp further in the future is aged from w
 _H = struct.Struct(">H")
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
-_STATE = struct.Struct(">qqq")
+_OLD_PENDING = b"W"           # the pending index of stores from before sweeps
 ACK_BATCH = 3                 # the kind of an AckBatch in what _fields returns
 #: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``
 BatchFields = tuple[int, bytes, list[bytes], int]
 
 
-@dataclass
-class GcState:
-    """Where GC of one partition stands: records below ``cursor`` are decided (released or
-    pending); ``blocked_at`` is the young record the cursor waits at, met at ``blocked_ms``."""
-
-    cursor: int = 0
-    blocked_at: int = -1
-    blocked_ms: int = 0
-
-
 @dataclass(frozen=True)
 class PassResult:
-    """What one pass did."""
+    """What one pass did: ``visited`` records met by the cursor, ``swept`` pending ones read
+    again by a sweep."""
 
     released: int
     visited: int
     cursor: int
-    finished: bool   # reached the GC point (nothing left to visit below it)
+    finished: bool   # reached the GC point and no sweep is running
     blocked: bool = False  # waiting at a record younger than the minimum age
+    swept: int = 0
 
     @property
     def more(self) -> bool:
@@ -89,25 +95,9 @@ class PassResult:
         return not self.finished and not self.blocked
 
 
-def _state_key(partition: int) -> bytes:
-    return b"G" + _H.pack(partition)
-
-
 def load_state(store: Store, partition: int) -> GcState:
     """The stored GC state of txlog ``partition`` (a fresh one if GC never ran)."""
-    raw = store.db.get(_state_key(partition))
-    return GcState(*_STATE.unpack(raw)) if raw else GcState()
-
-
-def _lp(raw: bytes) -> bytes:
-    return _I.pack(len(raw)) + raw
-
-
-def pending_prefix(partition: int, peer: bytes, message_id: bytes | None = None) -> bytes:
-    """Prefix of the pending Sends of ``peer`` (of one message id if given) in
-    ``partition``; keys end with the Send's 8-byte offset."""
-    prefix = b"W" + _H.pack(partition) + _lp(peer)
-    return prefix if message_id is None else prefix + _lp(message_id)
+    return decode_state(store.db.get(state_key(partition)))
 
 
 def _expiry_prefix(partition: int) -> bytes:
@@ -115,52 +105,27 @@ def _expiry_prefix(partition: int) -> bytes:
 
 
 class _Pass:
-    """One pass's writes: chunked batches, each carrying the cursor state it reaches."""
+    """One pass's writes: chunked batches, each carrying the GC state it reaches."""
 
     def __init__(self, store: Store, partition: int, state: GcState) -> None:
         self.store, self.k, self.state = store, partition, state
         self.batch: Batch = store.batch()
         self.ops = 0
         self.released = 0
-        self.fresh: dict[bytes, list[bytes]] = {}  # pending keys not committed yet, by prefix
-        self.gone: set[bytes] = set()               # pending keys deleted, not committed yet
 
     def delete_record(self, offset: int) -> None:
         self.batch.delete_record(self.k, offset)  # and out of its range's digest
         self.released += 1
         self.ops += 1
 
-    def put_pending(self, peer: bytes, message_id: bytes, offset: int) -> None:
-        key = pending_prefix(self.k, peer, message_id) + _Q.pack(offset)
-        self.batch.put(key, b"")
-        for prefix in (pending_prefix(self.k, peer), pending_prefix(self.k, peer, message_id)):
-            self.fresh.setdefault(prefix, []).append(key)
-        self.ops += 1
-
-    def release_pending(self, peer: bytes, message_id: bytes | None) -> None:
-        """Release every pending Send of ``peer`` (of ``message_id`` if given)."""
-        prefix = pending_prefix(self.k, peer, message_id)
-        keys = [k for k in self.store.db.iterator(prefix=prefix, include_value=False)]
-        seen = set(keys)
-        keys += [k for k in self.fresh.pop(prefix, []) if k not in seen]
-        for key in keys:
-            if key in self.gone or (message_id is not None and len(key) != len(prefix) + 8):
-                continue
-            self.gone.add(key)
-            self.batch.delete(key)
-            self.delete_record(_Q.unpack(key[-8:])[0])
-        if message_id is None:
-            for p in [p for p in self.fresh if p.startswith(prefix)]:
-                del self.fresh[p]
-
-    def maybe_commit(self) -> None:
-        if self.ops >= CHUNK:
+    def maybe_commit(self, at_least: int = CHUNK) -> None:
+        """Commit once ``at_least`` operations are waiting (0: now, so reads see them)."""
+        if self.ops >= at_least:
             self.commit()
-            self.batch, self.ops, self.fresh, self.gone = self.store.batch(), 0, {}, set()
+            self.batch, self.ops = self.store.batch(), 0
 
     def commit(self) -> None:
-        s = self.state
-        self.batch.put(_state_key(self.k), _STATE.pack(s.cursor, s.blocked_at, s.blocked_ms))
+        self.batch.put(state_key(self.k), encode_state(self.state))
         self.batch.commit()
 
 
@@ -174,35 +139,58 @@ def release(store: Store, partition: int, point: int, policy: ReleasePolicy, now
 def collect(store: Store, partition: int, point: int, policy: ReleasePolicy, now_ms: int,
             budget: int | None = None) -> PassResult:
     """One GC pass: expire Ack index entries past their window, then visit the records from
-    the cursor up to ``point`` (at most ``budget`` of them) and release what the policy
-    allows."""
+    the cursor up to ``point``, then sweep the pending ones if a sweep is due or running (at
+    most ``budget`` records read in all), and release what the policy allows."""
     state = load_state(store, partition)
     work = _Pass(store, partition, state)
-    visited = _expire_acks(work, now_ms, budget)
+    visited = _expire_acks(work, now_ms, budget) + _drop_old_pending(work, budget)
     point = min(point, store.map("txlog", partition).base_end)
-    finished, blocked = state.cursor >= point, False
-    if not finished and policy.retain_bytes and store.db.approximate_size(
+    finished, blocked, swept = state.cursor >= point, False, 0
+    if policy.retain_bytes and store.db.approximate_size(
             data_key(partition, 0), data_key(partition, 1 << 62)) <= policy.retain_bytes:
-        blocked = True  # the size rule keeps everything for now
-    elif not finished:
-        finished, visited = _visit(work, point, policy, now_ms, budget, visited)
-        blocked = not finished and state.blocked_at == state.cursor
+        blocked = not finished  # the size rule keeps everything for now
+    else:
+        if not finished:
+            finished, visited = _visit(work, point, policy, now_ms, budget, visited)
+            blocked = not finished and state.blocked_at == state.cursor
+        if sweep_due(state, now_ms, policy.sweep_interval_ms):
+            start_sweep(state, now_ms)
+        if state.sweeping and (budget is None or visited < budget):
+            work.maybe_commit(0)  # the sweep reads the store: not what this pass released
+            swept = _sweep(work, point, now_ms, None if budget is None else budget - visited)
+        finished = finished and not state.sweeping
     if state.cursor > store.map("txlog", partition).floor:
         work.batch.raise_floor("txlog", partition, state.cursor)  # on the map current then
     work.commit()
-    return PassResult(work.released, visited, state.cursor, finished, blocked)
+    return PassResult(work.released, visited, state.cursor, finished, blocked, swept)
+
+
+def _drop_old_pending(work: _Pass, budget: int | None) -> int:
+    """Delete a chunk of the pending index a store from before sweeps may hold."""
+    prefix, n = _OLD_PENDING + _H.pack(work.k), 0
+    for key in work.store.db.iterator(prefix=prefix, include_value=False):
+        if n >= min(CHUNK, budget if budget is not None else CHUNK):
+            break
+        work.batch.delete(key)
+        n += 1
+    work.ops += n
+    work.state.dirty = work.state.dirty or n > 0
+    return n
 
 
 def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
-    """Drop Ack index entries whose window has passed; returns how many were looked at."""
+    """Drop Ack index entries whose window has passed, once a sweep that started after
+    their Ack was visited has finished; returns how many were looked at."""
     db, k, n = work.store.db, work.k, 0
     prefix = _expiry_prefix(k)
     for key, suffix in db.iterator(start=prefix, stop=prefix + _Q.pack(now_ms + 1)):
         if budget is not None and n >= budget:
             break
+        at = key[len(prefix) + 8:len(prefix) + 16]  # the Ack (or AckBatch) offset
+        if _Q.unpack(at)[0] >= work.state.swept:
+            break  # a pending Send may still need it (expiries come in about log order)
         n += 1
         index = ack_prefix(k) + suffix
-        at = key[len(prefix) + 8:len(prefix) + 16]  # the Ack (or AckBatch) offset
         work.batch.delete_if(index, at)  # unless a later Ack took the entry over
         work.batch.delete(key)
         work.ops += 1
@@ -249,13 +237,27 @@ def _purging_peers(store: Store, k: int) -> set[bytes]:
                                                             include_value=False)}
 
 
+class _Decider:
+    """Whether a Send (or DeliveryFailed) may go at GC point ``point``: acked below it, or
+    its recipient purged between it and the point."""
+
+    def __init__(self, store: Store, k: int, point: int) -> None:
+        self.store, self.point, self.get = store, point, store.db.get
+        self.aprefix, self.uprefix = ack_prefix(k), purge_prefix(k)
+        self.purging = _purging_peers(store, k)
+
+    def releases(self, peer: bytes, msg_id: bytes, offset: int) -> bool:
+        acked = self.get(self.aprefix + peer + b"\0" + msg_id)
+        return (acked is not None and _Q.unpack(acked)[0] < self.point) or (
+            peer in self.purging and _purged_between(self.store, self.uprefix + peer + b"\0",
+                                                     offset, self.point))
+
+
 def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
            budget: int | None, visited: int) -> tuple[bool, int]:
     store, k, state = work.store, work.k, work.state
-    readers = _readers()
-    get = store.db.get
-    aprefix, uprefix = ack_prefix(k), purge_prefix(k)
-    purging = _purging_peers(store, k)
+    readers, get, aprefix = _readers(), store.db.get, ack_prefix(k)
+    decider = _Decider(store, k, point)
     old_enough = now_ms - policy.min_age_ms
     for off, value in store.records(k, state.cursor, point):
         if budget is not None and visited >= budget:
@@ -276,34 +278,58 @@ def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
                 return False, visited
         if kind == SEND:
             assert isinstance(msg_id, bytes)
-            acked = get(aprefix + peer + b"\0" + msg_id)
-            if (acked is not None and _Q.unpack(acked)[0] < point) or (
-                    peer in purging and _purged_between(store, uprefix + peer + b"\0", off,
-                                                        point)):
-                work.delete_record(off)
-            else:
-                work.put_pending(peer, msg_id, off)
+            if decider.releases(peer, msg_id, off):
+                work.delete_record(off)  # else pending: left for a sweep
         elif kind in (ACK, ACK_BATCH):
             work.delete_record(off)
+            state.dirty = True
             at = _Q.pack(off)
             expiry = _expiry_prefix(k) + _Q.pack(max(0, ts + policy.ack_window_ms)) + at
             ids = msg_id if isinstance(msg_id, list) else None
             for i, mid in enumerate(ids if ids is not None else (msg_id,)):
                 assert isinstance(mid, bytes)
-                work.release_pending(peer, mid)
                 suffix = peer + b"\0" + mid
                 if get(aprefix + suffix) == at:
                     work.batch.put(expiry + (_I.pack(i) if ids is not None else b""), suffix)
             if ids is not None:
                 visited += max(0, len(ids) - 1)  # a batch weighs its ids in the budget
-        else:  # PURGE
+        else:  # PURGE: its index entry goes when a sweep has decided the Sends before it
             work.delete_record(off)
-            work.release_pending(peer, None)
-            work.batch.delete(uprefix + peer + b"\0" + _Q.pack(off))
+            state.dirty = True
         state.cursor = off + 1
         work.maybe_commit()
     state.cursor = max(state.cursor, point)
     return True, visited
+
+
+def _sweep(work: _Pass, point: int, now_ms: int, budget: int | None) -> int:
+    """Read the records left below the sweep's horizon again (pending Sends, and records
+    nothing can read) and release the Sends now acked or purged below ``point``; returns
+    how many were read. Finishing the sweep drops the Purge index entries it has served."""
+    store, k, state = work.store, work.k, work.state
+    readers, decider, n = _readers(), _Decider(store, k, point), 0
+    for off, value in store.records(k, state.sweep_at, state.horizon):
+        if budget is not None and n >= budget:
+            state.sweep_at = off
+            return n
+        n += 1
+        fields = _fields(readers, value)
+        if fields is not None and fields[0] == SEND:
+            _, peer, msg_id, _ = fields
+            assert isinstance(msg_id, bytes)
+            if decider.releases(peer, msg_id, off):
+                work.delete_record(off)
+                state.sweep_at = off + 1
+                work.maybe_commit()
+                continue
+        if state.kept < 0:
+            state.kept = off
+        state.sweep_at = off + 1
+    for key in list(store.db.iterator(prefix=decider.uprefix, include_value=False)):
+        if _Q.unpack(key[-8:])[0] < state.horizon:
+            work.batch.delete(key)
+    finish_sweep(state, now_ms)
+    return n
 
 
 def _purged_between(store: Store, prefix: bytes, after: int, before: int) -> bool:
