@@ -86,13 +86,14 @@ class PassResult:
     visited: int
     cursor: int
     finished: bool   # reached the GC point and no sweep is running
-    blocked: bool = False  # waiting at a record younger than the minimum age
+    blocked: bool = False  # the cursor waits at a record younger than the minimum age
     swept: int = 0
+    sweeping: bool = False  # a sweep is running (it does not wait for the cursor)
 
     @property
     def more(self) -> bool:
         """Whether the pass stopped on its budget (more work is ready now)."""
-        return not self.finished and not self.blocked
+        return not self.finished and (self.sweeping or not self.blocked)
 
 
 def load_state(store: Store, partition: int) -> GcState:
@@ -162,7 +163,8 @@ def collect(store: Store, partition: int, point: int, policy: ReleasePolicy, now
     if state.cursor > store.map("txlog", partition).floor:
         work.batch.raise_floor("txlog", partition, state.cursor)  # on the map current then
     work.commit()
-    return PassResult(work.released, visited, state.cursor, finished, blocked, swept)
+    return PassResult(work.released, visited, state.cursor, finished, blocked, swept,
+                      state.sweeping)
 
 
 def _drop_old_pending(work: _Pass, budget: int | None) -> int:

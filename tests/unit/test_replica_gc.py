@@ -94,3 +94,23 @@ def test_gc_never_loses_an_ingest_map_update(tmp_path: Path) -> None:
     store = Store(tmp_path / "s", "n1")  # what is on disk agrees
     assert store.map("txlog", 0).base_end == end and store.map("txlog", 0).floor == end
     store.close()
+
+
+def test_a_sweep_goes_on_while_the_cursor_waits_at_a_young_record(tmp_path: Path) -> None:
+    """Pending Sends are swept in bounded passes, and a pass that stopped on its budget
+    asks for the next one at once even though the cursor waits for a young record."""
+    from replica.release_policy import collect
+    store = Store(tmp_path / "s", "n1")
+    apply(store, [send(f"m{i}") for i in range(100)])
+    policy = ReleasePolicy(min_age_ms=5_000)
+    assert collect(store, 0, 100, policy, NOW).released == 0  # all pending: not acked yet
+    apply(store, [ack(f"m{i}") for i in range(100)] + [send("young", ts=NOW)], start=100)
+    results = [collect(store, 0, 201, policy, NOW, budget=60)]
+    while results[-1].more:
+        results.append(collect(store, 0, 201, policy, NOW, budget=60))
+    assert results[-1].blocked and not results[-1].sweeping  # only the young Send is left
+    assert any(r.blocked and r.sweeping and r.more for r in results)
+    assert sum(r.swept for r in results) == 100 and max(r.visited + r.swept
+                                                       for r in results) <= 60
+    assert [o for o, _ in store.records(0)] == [200]
+    store.close()
