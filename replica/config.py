@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -179,12 +179,11 @@ def load_cluster_file(path: str | os.PathLike[str],
         raise ClusterConfigError(f"{path}: log partitions {covered} must cover 0.."
                                  f"{settings.partitions - 1} exactly once")
     release_doc = doc.get("release", {})
-    release = ReleasePolicy(_int(release_doc, "min_age_ms", 0, f"{path}: release"),
-                            _int(release_doc, "retain_bytes", 0, f"{path}: release"),
-                            _int(release_doc, "gc_interval_ms", 2000, f"{path}: release", 10),
-                            _int(release_doc, "ack_window_ms", 24 * 3600 * 1000,
-                                 f"{path}: release"),
-                            _int(release_doc, "sweep_interval_ms", 5000, f"{path}: release"))
+    defaults = ReleasePolicy()  # each key's default is the ReleasePolicy field's
+    release = ReleasePolicy(**{
+        f.name: _int(release_doc, f.name, getattr(defaults, f.name), f"{path}: release",
+                     10 if f.name == "gc_interval_ms" else 0)
+        for f in fields(ReleasePolicy)})
     store_doc = doc.get("store", {})
     if not isinstance(store_doc, dict):
         raise ClusterConfigError(f"{path}: [store] must be a table")

@@ -23,7 +23,7 @@ __all__ = ["REST", "GcState", "state_key", "encode_state", "decode_state", "swee
 
 _H = struct.Struct(">H")
 _OLD = struct.Struct(">qqq")          # cursor, blocked_at, blocked_ms (before sweeps)
-_STATE = struct.Struct(">qqqqqqqqqq")
+_STATE = struct.Struct(">8q??qq")
 REST = 2  # a sweep that took t is followed by at least REST * t without one
 
 
@@ -38,7 +38,8 @@ class GcState:
     ``low``. ``swept`` is the horizon of the last finished sweep: every pending Send below
     it has been checked against every Ack and Purge visited before that sweep started, so
     their index entries may go. ``dirty``: an Ack or Purge was visited since the last sweep
-    started, at ``started_ms``; the last finished sweep took ``took_ms``."""
+    started, at ``started_ms``; the last finished sweep took ``took_ms``. ``legacy``: the
+    store may still hold the pending index of the version before sweeps."""
 
     cursor: int = 0
     blocked_at: int = -1
@@ -51,6 +52,7 @@ class GcState:
     dirty: bool = False
     started_ms: int = 0
     took_ms: int = 0
+    legacy: bool = False
 
     @property
     def sweeping(self) -> bool:
@@ -65,24 +67,22 @@ def state_key(partition: int) -> bytes:
 
 def encode_state(s: GcState) -> bytes:
     """The stored form of ``s``."""
-    # started_ms and dirty share the last field: dirty is its sign bit (times are positive)
     return _STATE.pack(s.cursor, s.blocked_at, s.blocked_ms, s.low, s.sweep_at, s.horizon,
-                       s.kept, s.swept, -s.started_ms - 1 if s.dirty else s.started_ms,
-                       s.took_ms)
+                       s.kept, s.swept, s.dirty, s.legacy, s.started_ms, s.took_ms)
 
 
 def decode_state(raw: bytes | None) -> GcState:
     """The state stored as ``raw``: a fresh one if None. A state written before sweeps
-    existed comes back dirty, so its pending Sends get a sweep."""
+    existed comes back dirty, so its pending Sends get a sweep, and legacy."""
     if not raw:
         return GcState()
     if len(raw) == _OLD.size:
         cursor, blocked_at, blocked_ms = _OLD.unpack(raw)
-        return GcState(cursor, blocked_at, blocked_ms, dirty=True)
-    cursor, blocked_at, blocked_ms, low, sweep_at, horizon, kept, swept, last, took = \
-        _STATE.unpack(raw)
-    return GcState(cursor, blocked_at, blocked_ms, low, sweep_at, horizon, kept, swept,
-                   dirty=last < 0, started_ms=-last - 1 if last < 0 else last, took_ms=took)
+        return GcState(cursor, blocked_at, blocked_ms, dirty=True, legacy=True)
+    (cursor, blocked_at, blocked_ms, low, sweep_at, horizon, kept, swept, dirty, legacy,
+     started_ms, took_ms) = _STATE.unpack(raw)
+    return GcState(cursor, blocked_at, blocked_ms, low, sweep_at, horizon, kept, swept, dirty,
+                   started_ms, took_ms, legacy)
 
 
 def sweep_due(s: GcState, now_ms: int, interval_ms: int) -> bool:

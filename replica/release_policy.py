@@ -168,15 +168,18 @@ def collect(store: Store, partition: int, point: int, policy: ReleasePolicy, now
 
 
 def _drop_old_pending(work: _Pass, budget: int | None) -> int:
-    """Delete a chunk of the pending index a store from before sweeps may hold."""
-    prefix, n = _OLD_PENDING + _H.pack(work.k), 0
+    """Delete a chunk of the pending index a store from before sweeps may hold (only while
+    the state says so: stores written since never look)."""
+    if not work.state.legacy:
+        return 0
+    prefix, n, most = _OLD_PENDING + _H.pack(work.k), 0, min(CHUNK, budget or CHUNK)
     for key in work.store.db.iterator(prefix=prefix, include_value=False):
-        if n >= min(CHUNK, budget if budget is not None else CHUNK):
+        if n >= most:
             break
         work.batch.delete(key)
         n += 1
     work.ops += n
-    work.state.dirty = work.state.dirty or n > 0
+    work.state.legacy = n > 0  # another look next pass, until one finds nothing
     return n
 
 
@@ -316,15 +319,11 @@ def _sweep(work: _Pass, point: int, now_ms: int, budget: int | None) -> int:
             return n
         n += 1
         fields = _fields(readers, value)
-        if fields is not None and fields[0] == SEND:
-            _, peer, msg_id, _ = fields
-            assert isinstance(msg_id, bytes)
-            if decider.releases(peer, msg_id, off):
-                work.delete_record(off)
-                state.sweep_at = off + 1
-                work.maybe_commit()
-                continue
-        if state.kept < 0:
+        if fields is not None and fields[0] == SEND and decider.releases(
+                fields[1], fields[2], off):  # type: ignore[arg-type]  # a Send: one id
+            work.delete_record(off)
+            work.maybe_commit()
+        elif state.kept < 0:
             state.kept = off
         state.sweep_at = off + 1
     for key in list(store.db.iterator(prefix=decider.uprefix, include_value=False)):

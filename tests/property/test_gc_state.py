@@ -18,7 +18,7 @@ from replica.gc_state import (
 offsets = st.integers(-1, 1 << 40)
 times = st.integers(0, 1 << 45)
 states = st.builds(GcState, offsets, offsets, times, offsets, offsets, offsets, offsets,
-                   offsets, st.booleans(), times, times)
+                   offsets, st.booleans(), times, times, st.booleans())
 
 
 @given(states)
@@ -31,7 +31,7 @@ def test_a_state_from_before_sweeps_asks_for_one(cursor: int, blocked: int, at: 
     import struct
     state = decode_state(struct.pack(">qqq", cursor, blocked, at))
     assert (state.cursor, state.blocked_at, state.blocked_ms) == (cursor, blocked, at)
-    assert state.dirty and not state.sweeping and state.low == 0
+    assert state.dirty and state.legacy and not state.sweeping and state.low == 0
 
 
 @given(st.lists(st.tuples(st.integers(0, 20_000), st.booleans(), st.integers(0, 5),
