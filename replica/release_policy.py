@@ -151,14 +151,15 @@ def collect(store: Store, partition: int, point: int, policy: ReleasePolicy, now
             data_key(partition, 0), data_key(partition, 1 << 62)) <= policy.retain_bytes:
         blocked = not finished  # the size rule keeps everything for now
     else:
+        decider = _Decider(store, partition, point)  # one read of the Purge index per pass
         if not finished:
-            finished, visited = _visit(work, point, policy, now_ms, budget, visited)
+            finished, visited = _visit(work, decider, policy, now_ms, budget, visited)
             blocked = not finished and state.blocked_at == state.cursor
         if sweep_due(state, now_ms, policy.sweep_interval_ms):
             start_sweep(state, now_ms)
         if state.sweeping and (budget is None or visited < budget):
             work.maybe_commit(0)  # the sweep reads the store: not what this pass released
-            swept = _sweep(work, point, now_ms, None if budget is None else budget - visited)
+            swept = _sweep(work, decider, now_ms, None if budget is None else budget - visited)
         finished = finished and not state.sweeping
     if state.cursor > store.map("txlog", partition).floor:
         work.batch.raise_floor("txlog", partition, state.cursor)  # on the map current then
@@ -258,11 +259,10 @@ class _Decider:
                                                      offset, self.point))
 
 
-def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
+def _visit(work: _Pass, decider: _Decider, policy: ReleasePolicy, now_ms: int,
            budget: int | None, visited: int) -> tuple[bool, int]:
-    store, k, state = work.store, work.k, work.state
+    store, k, state, point = work.store, work.k, work.state, decider.point
     readers, get, aprefix = _readers(), store.db.get, ack_prefix(k)
-    decider = _Decider(store, k, point)
     old_enough = now_ms - policy.min_age_ms
     for off, value in store.records(k, state.cursor, point):
         if budget is not None and visited >= budget:
@@ -307,12 +307,13 @@ def _visit(work: _Pass, point: int, policy: ReleasePolicy, now_ms: int,
     return True, visited
 
 
-def _sweep(work: _Pass, point: int, now_ms: int, budget: int | None) -> int:
+def _sweep(work: _Pass, decider: _Decider, now_ms: int, budget: int | None) -> int:
     """Read the records left below the sweep's horizon again (pending Sends, and records
-    nothing can read) and release the Sends now acked or purged below ``point``; returns
-    how many were read. Finishing the sweep drops the Purge index entries it has served."""
+    nothing can read) and release the Sends now acked or purged below the decider's point;
+    returns how many were read. Finishing the sweep drops the Purge index entries it has
+    served."""
     store, k, state = work.store, work.k, work.state
-    readers, decider, n = _readers(), _Decider(store, k, point), 0
+    readers, n = _readers(), 0
     for off, value in store.records(k, state.sweep_at, state.horizon):
         if budget is not None and n >= budget:
             state.sweep_at = off
