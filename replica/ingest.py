@@ -30,6 +30,7 @@ from replica import queue_index
 from replica.batch import Batch
 from replica.deadletter import DeadLetters
 from replica.fastpath import ACK, PURGE, txlog_scanners
+from replica.fastpath_acks import ack_batch_header
 from replica.keys import ack_key, ack_prefix, deadletter_key, progress_key, purge_prefix, tp_name
 from replica.store import Store
 
@@ -94,6 +95,7 @@ class Ingestor:
             "fetch.wait.max.ms": 500})
         self._physical = {settings.topic(t): t for t in TOPICS}
         self._scanners = txlog_scanners(self.codec)
+        self._batch_scan = ack_batch_header(self.codec) or (b"", lambda v: None)
         self.deadletters = DeadLetters(settings, f"replica:{node_id}")
         self.on_poison: Callable[[int], None] = lambda n: None  # e.g. a metrics counter
         self.partitions: list[int] = []
@@ -187,6 +189,7 @@ class Ingestor:
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}
         physical, put, qpack, scanners = self._physical, batch.wb.put, _Q.pack, self._scanners
+        batch_head, scan_batch = self._batch_scan
         put_record = batch.put_record
         decode = self.codec.decode
         poison: list[tuple[Message, str]] = []
@@ -231,6 +234,14 @@ class Ingestor:
                             put(aprefix + part, qpack(off))
                         elif entry[0] == PURGE:
                             put(uprefix + part + b"\0" + qpack(off), b"")
+                        continue
+                elif value is not None and value[:10] == batch_head:
+                    fields = scan_batch(value)
+                    if fields is not None:  # an AckBatch: one Ack index key per id
+                        put_record(k, off, value)
+                        head, at = aprefix + fields[1] + b"\0", qpack(off)
+                        for mid in fields[2]:
+                            put(head + mid, at)
                         continue
                 reason = index_txlog(batch, k, off, value, decode)
             else:

@@ -50,6 +50,7 @@ from log.exceptions import CodecError
 from replica.batch import Batch
 from replica.config import ReleasePolicy
 from replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
+from replica.fastpath_acks import ACK_BATCH, AckBatchFields, ack_batch_header
 from replica.gc_state import (
     GcState,
     decode_state,
@@ -72,9 +73,7 @@ _H = struct.Struct(">H")
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _OLD_PENDING = b"W"           # the pending index of stores from before sweeps
-ACK_BATCH = 3                 # the kind of an AckBatch in what _fields returns
-#: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``
-BatchFields = tuple[int, bytes, list[bytes], int]
+BatchFields = AckBatchFields  # ``(ACK_BATCH, peer, [message ids], timestamp_ms)``
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
     return n
 
 
-def _fields(readers: dict[bytes, Callable[[bytes], Fields]], value: bytes
+def _fields(readers: dict[bytes, Reader], value: bytes
             ) -> Fields | BatchFields | None:
     """``(kind, peer, message id, timestamp)`` of a stored record: the fast reader for the
     current schemas, the codec for anything else (an older writer schema); for an AckBatch
@@ -342,11 +341,26 @@ def _purged_between(store: Store, prefix: bytes, after: int, before: int) -> boo
     return False
 
 
-_READERS: dict[bytes, Callable[[bytes], Fields]] | None = None
+Reader = Callable[[bytes], "Fields | BatchFields"]
+_READERS: dict[bytes, Reader] | None = None
 
 
-def _readers() -> dict[bytes, Callable[[bytes], Fields]]:
+def _read_batch(scan: Callable[[bytes], BatchFields | None]) -> Reader:
+    def read(value: bytes) -> BatchFields:
+        fields = scan(value)
+        if fields is None:
+            raise ValueError("not a well-formed AckBatch")
+        return fields
+    return read
+
+
+def _readers() -> dict[bytes, Reader]:
     global _READERS
     if _READERS is None:
-        _READERS = txlog_readers(default_codec())
+        codec = default_codec()
+        readers: dict[bytes, Reader] = dict(txlog_readers(codec))
+        batch = ack_batch_header(codec)
+        if batch is not None:
+            readers[batch[0]] = _read_batch(batch[1])
+        _READERS = readers
     return _READERS

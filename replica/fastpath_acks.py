@@ -1,0 +1,115 @@
+"""Fast structural reader for AckBatch values (a peer's acks, one record per batch of ids).
+
+An AckBatch holds ``peer``, ``environment``, the array ``message_ids`` and ``timestamp_ms``.
+Ingest writes one Ack index key per id, ``peer\\0message_id``; GC visits the ids in order.
+Both only need the ids' UTF-8 bytes, so :func:`scan_ack_batch` walks the Avro body and
+slices them out, without building the record or a ``str`` per id. It checks what the codec
+would: every length and block count, that the strings are valid UTF-8, that the timestamp
+varint (and any field appended to the schema with a default) ends the value exactly.
+Whatever it cannot vouch for returns ``None``, and the caller falls back to the full
+decode, which names the problem (dead letter) or accepts the record.
+
+``tests/unit/test_replica_fastpath_acks.py`` checks it against the codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import schemas
+from log.codec import MARKER, Codec
+from replica.fastpath import Tail, _extra_kind, _strings, _tail, _varint
+
+__all__ = ["ACK_BATCH", "AckBatchFields", "AckBatchScanner", "ack_batch_scanner",
+           "ack_batch_header", "scan_ack_batch"]
+
+#: The kind of an AckBatch among :mod:`replica.fastpath`'s SEND, ACK and PURGE.
+ACK_BATCH = 3
+#: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``, as UTF-8 bytes.
+AckBatchFields = tuple[int, bytes, list[bytes], int]
+AckBatchScanner = Callable[[bytes], "AckBatchFields | None"]
+
+_BASE = [("peer", "string"), ("environment", "string"),
+         ("message_ids", {"type": "array", "items": "string"}), ("timestamp_ms", "long")]
+
+
+def _ids(v: bytes, p: int) -> tuple[list[bytes], int] | None:
+    """The array of strings at ``p``: ``(ids, end)``, or None when it is malformed."""
+    ids: list[bytes] = []
+    append, size = ids.append, len(v)
+    while True:
+        count, p = _varint(v, p)
+        if count == 0:
+            break
+        if count < 0:  # a block with its byte size first
+            count = -count
+            _, p = _varint(v, p)
+        for _ in range(count):
+            b = v[p]
+            if not b & 0x81:  # a length below 64: one byte, even (zigzag of a positive)
+                q = p + 1 + (b >> 1)
+                append(v[p + 1:q])
+                p = q
+            else:
+                n, p = _varint(v, p)
+                if n < 0:
+                    return None
+                append(v[p:p + n])
+                p += n
+        if p > size:
+            return None
+    if p > size:
+        return None
+    if not b"".join(ids).isascii():  # ASCII is valid UTF-8; else each id must decode
+        for raw in ids:
+            raw.decode()  # raises UnicodeDecodeError: caught by the caller
+    return ids, p
+
+
+def ack_batch_scanner(fields: list[dict]) -> AckBatchScanner | None:
+    """The scanner for an AckBatch schema with ``fields``, or None when its layout is not
+    the base layout followed by walkable fields with defaults."""
+    if [(f["name"], f["type"]) for f in fields[:len(_BASE)]] != _BASE:
+        return None
+    extras = [_extra_kind(f) for f in fields[len(_BASE):]]
+    if any(k is None for k in extras):
+        return None
+    kinds = tuple(k for k in extras if k is not None)
+    return _scanner(_tail(0, kinds) if kinds else _no_extras)
+
+
+def _scanner(tail: Tail) -> AckBatchScanner:
+    def scan(v: bytes) -> AckBatchFields | None:
+        """``(ACK_BATCH, peer, ids, timestamp)`` of a well-formed AckBatch; else None."""
+        walked = _strings(v, 10, 2)  # peer, environment
+        if walked is None:
+            return None
+        try:
+            got = _ids(v, walked[0])
+            if got is None:
+                return None
+            ids, p = got
+            ts, p = _varint(v, p)
+        except (IndexError, ValueError, UnicodeDecodeError):
+            return None
+        if p > len(v) or not tail(v, p):
+            return None
+        a, b = walked[1][0]
+        return ACK_BATCH, v[a:b], ids, ts
+    return scan
+
+
+def _no_extras(v: bytes, p: int) -> bool:
+    return p == len(v)
+
+
+scan_ack_batch: AckBatchScanner = _scanner(_no_extras)
+
+
+def ack_batch_header(codec: Codec) -> tuple[bytes, AckBatchScanner] | None:
+    """``(10-byte header, scanner)`` of the current AckBatch schema, or None when its
+    layout is one the scanner does not walk."""
+    scan = ack_batch_scanner(list(schemas.load_schema("AckBatch")["fields"]))
+    if scan is None:
+        return None
+    return MARKER + codec.fingerprint_of("AckBatch"), scan

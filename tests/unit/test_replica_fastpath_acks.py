@@ -1,0 +1,147 @@
+"""The AckBatch fast path (replica/fastpath_acks.py) never accepts a value the full codec
+rejects, and for the values it accepts it reads exactly what the codec decodes; ingest
+and GC take it for the AckBatches peers write."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import schemas
+from log.codec import MARKER, Codec, default_codec
+from log.exceptions import CodecError
+from log.fast_encoder import varint, zigzag_long
+from replica.fastpath_acks import ACK_BATCH, ack_batch_header, ack_batch_scanner, scan_ack_batch
+from replica.release_policy import _fields, _readers
+
+CODEC = default_codec()
+HEADER = ack_batch_header(CODEC)
+text = st.text(max_size=80)
+longs = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def batches() -> st.SearchStrategy[bytes]:
+    return st.builds(lambda p, e, ids, ts: CODEC.encode("AckBatch", {
+        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts}),
+        text, text, st.lists(text, max_size=150), longs)
+
+
+def expected(value: bytes) -> tuple[int, bytes, list[bytes], int] | None:
+    """What the codec reads from ``value`` (None: it is a dead letter)."""
+    try:
+        dec = CODEC.decode(value)
+    except CodecError:
+        return None
+    if dec.name != "AckBatch":
+        return None
+    rec = dec.record
+    return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
+            rec["timestamp_ms"])
+
+
+def test_the_current_schema_has_a_scanner() -> None:
+    assert HEADER is not None and HEADER[0] == MARKER + CODEC.fingerprint_of("AckBatch")
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches())
+def test_valid_batches_scan_like_the_codec(value: bytes) -> None:
+    assert scan_ack_batch(value) == expected(value)  # valid: always the fast path
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches(), st.data())
+def test_truncated_or_extended_batches_are_never_accepted(value: bytes,
+                                                          data: st.DataObject) -> None:
+    cut = data.draw(st.integers(10, len(value) - 1))
+    assert scan_ack_batch(value[:cut]) is None
+    assert scan_ack_batch(value + data.draw(st.binary(min_size=1, max_size=5))) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(batches(), st.data())
+def test_mutated_batches_agree_with_the_codec(value: bytes, data: st.DataObject) -> None:
+    raw = bytearray(value)
+    for _ in range(data.draw(st.integers(1, 3))):
+        raw[data.draw(st.integers(10, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    got = scan_ack_batch(bytes(raw))
+    assert got is None or got == expected(bytes(raw))
+
+
+def _blocks(peer: str, ids: list[str], sizes: list[int], ts: int, sized: bool) -> bytes:
+    """An AckBatch whose array is written in blocks of ``sizes`` ids (``sized``: each block
+    with a negative count and its byte size, as Avro allows)."""
+    def s(x: str) -> bytes:
+        raw = x.encode()
+        return varint(len(raw) << 1) + raw
+    out = [MARKER + CODEC.fingerprint_of("AckBatch"), s(peer), s("default")]
+    i = 0
+    for n in sizes:
+        body = b"".join(s(m) for m in ids[i:i + n])
+        i += n
+        out.append(zigzag_long(-n) + zigzag_long(len(body)) if sized else zigzag_long(n))
+        out.append(body)
+    out.append(b"\0")
+    out.append(zigzag_long(ts))
+    return b"".join(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(text, min_size=1, max_size=60), st.data(), st.booleans(), longs)
+def test_arrays_in_several_blocks_read_like_the_codec(ids: list[str], data: st.DataObject,
+                                                       sized: bool, ts: int) -> None:
+    sizes: list[int] = []
+    left = len(ids)
+    while left:
+        n = data.draw(st.integers(1, left))
+        sizes.append(n)
+        left -= n
+    value = _blocks("peer-é", ids, sizes, ts, sized)
+    assert expected(value) is not None
+    assert scan_ack_batch(value) == expected(value)
+
+
+def test_poison_examples() -> None:
+    good = CODEC.encode("AckBatch", {"peer": "p", "environment": "default",
+                                     "message_ids": ["m-1", "m-2"], "timestamp_ms": 7})
+    assert scan_ack_batch(good) == (ACK_BATCH, b"p", [b"m-1", b"m-2"], 7)
+    bad_utf8 = good.replace(b"m-2", b"m\xff2")
+    assert scan_ack_batch(bad_utf8) is None and expected(bad_utf8) is None
+    count_at = 10 + 2 + 8  # after the header, "p" and "default"
+    assert good[count_at] == 4  # two ids, zigzag-encoded
+    huge_count = good[:count_at] + zigzag_long(1 << 40) + good[count_at + 1:]
+    assert scan_ack_batch(huge_count) is None
+    assert scan_ack_batch(b"not avro at all") is None
+
+
+_EXTRA = [{"name": "x", "type": ["null", "string"], "default": None},
+          {"name": "y", "type": "long", "default": 0}]
+_WIDE = dict(schemas.load_schema("AckBatch"))
+_WIDE["fields"] = list(_WIDE["fields"]) + _EXTRA
+WIDE_CODEC = Codec({"AckBatch": _WIDE})
+WIDE_SCAN = ack_batch_scanner(_WIDE["fields"])
+
+
+def test_layouts_the_scanner_does_not_walk_get_none() -> None:
+    fields = list(schemas.load_schema("AckBatch")["fields"])
+    assert ack_batch_scanner(fields + [{"name": "q", "type": "string"}]) is None
+    assert ack_batch_scanner(list(reversed(fields))) is None
+    assert WIDE_SCAN is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(text, max_size=20), st.none() | text, longs, st.data())
+def test_appended_fields_are_walked(ids: list[str], x: str | None, y: int,
+                                    data: st.DataObject) -> None:
+    assert WIDE_SCAN is not None
+    value = WIDE_CODEC.encode("AckBatch", {"peer": "p", "environment": "e", "message_ids": ids,
+                                           "timestamp_ms": 3, "x": x, "y": y})
+    assert WIDE_SCAN(value) == (ACK_BATCH, b"p", [m.encode() for m in ids], 3)
+    assert WIDE_SCAN(value[:data.draw(st.integers(10, len(value) - 1))]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches())
+def test_gc_reads_batches_like_the_codec(value: bytes) -> None:
+    assert value[:10] in _readers()
+    assert _fields(_readers(), value) == expected(value)
