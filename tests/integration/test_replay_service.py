@@ -329,9 +329,16 @@ def test_bench_replay_prints_its_figures_beside_the_raw_baseline(stack: LocalSta
     assert r["ratio"] == pytest.approx(r["peer_msgs_per_s"] / r["raw_msgs_per_s"], abs=0.001)
     assert r["batch"] == DEFAULT_BATCH and r["window"] == DEFAULT_WINDOW
     assert r["rss"]["sampled"] and r["rss"]["node"] in r["node"]
+    cpu = r["cpu"]["core_s"]  # where the CPU went: every part read, the peer did work
+    assert set(cpu) == {"peer", "serving_replica", "other_replicas", "brokers", "machine",
+                        "rest"}
+    assert cpu["peer"] > 0 and cpu["serving_replica"] is not None
+    assert cpu["brokers"] is None  # this stack's replicas use the session's brokers
+    assert cpu["machine"] >= cpu["peer"]
     assert "replay: " in proc.stderr  # progress during the replay
     text = subprocess.run([*run, "--batch", "500", "--window", "100"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert text.returncode == 0, text.stderr
     assert "raw confluent-kafka consumer" in text.stdout and "ratio" in text.stdout
+    assert "CPU during the replay" in text.stdout and "serving replica" in text.stdout
     assert "batch 500, window 100" in text.stderr

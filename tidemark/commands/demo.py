@@ -68,6 +68,10 @@ def _bench_replay(args: argparse.Namespace) -> int:
               f" {rss['hwm_mib']} MiB; {rss['samples']} samples)")
     else:
         print(f"replica {rss['node']} RSS: not sampled (not a process of the local stack)")
+    cpu = r["cpu"]
+    print(f"CPU during the replay ({cpu['window_s']} s), microseconds per message (cores): "
+          + ", ".join(f"{k.replace('_', ' ')} {cpu['us_per_msg'][k]} ({cpu['cores'][k]})"
+                      for k in cpu["core_s"]))
     return 0
 
 

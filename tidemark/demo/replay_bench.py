@@ -21,6 +21,7 @@ first record the raw consumer got to the last of the same queue entries.
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -39,6 +40,7 @@ from log.partitioner import partition_for_peer
 from log.producer import LogProducer
 from log.settings import Settings
 from peer_client import MessageContext, Peer, message, message_type_of
+from tidemark.stack.cpu_account import CpuAccount
 
 __all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO"]
 
@@ -108,14 +110,15 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
 
 
-def _replica_pids(state_dir: str | None) -> dict[str, int]:
-    """Replica node pids of the local stack in ``state_dir`` (empty when there is none)."""
+def _stack_pids(state_dir: str | None, kind: str) -> dict[str, int]:
+    """Pids of the local stack's ``kind`` processes (replica, broker) in ``state_dir``
+    (empty when there is none)."""
     from tidemark.stack.launcher import LocalStack
     try:
         stack = LocalStack(state_dir)
     except TidemarkError:
         return {}
-    return {s.name: s.pid for s in stack.processes("replica") if s.pid and stack.alive(s)}
+    return {s.name: s.pid for s in stack.processes(kind) if s.pid and stack.alive(s)}
 
 
 def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: bool,
@@ -207,9 +210,11 @@ class _Counter:
 
 
 def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], timeout_s: float,
-                say: Say, batch: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW
-                ) -> dict[str, Any]:
-    """Start a real Peer with replay on start; its handler counts the replayed messages."""
+                say: Say, batch: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW,
+                brokers: dict[str, int] | None = None) -> dict[str, Any]:
+    """Start a real Peer with replay on start; its handler counts the replayed messages.
+    The CPU each process used meanwhile is accounted (``cpu``): this process (the peer),
+    the replica that served the replay, the other replicas, the brokers."""
     from peer_client.replay import ReplicaReplayer
     counter = _Counter()
     replayer = ReplicaReplayer(settings, barrier_timeout_ms=int(timeout_s * 1000),
@@ -227,13 +232,17 @@ def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], tim
             last = now
 
     threading.Thread(target=progress, daemon=True).start()
+    account = CpuAccount({"peer": {"peer": os.getpid()}, "replicas": pids,
+                          "brokers": brokers or {}})
     t0 = time.perf_counter()
     try:
         with RssSampler(pids) as rss:
+            account.start()
             p.start()
             deadline = time.monotonic() + timeout_s
             while counter.n < n and time.monotonic() < deadline:
                 time.sleep(0.05)  # the handlers drain the inbox; bounded by the deadline
+            account.stop()
         start_s = time.perf_counter() - t0
         st = replayer.status()
     finally:
@@ -244,11 +253,15 @@ def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], tim
         raise TidemarkError(f"the peer's handler saw {counter.n} of {n} messages")
     seconds = counter.last - counter.first
     node = (st.get("nodes") or ["?"])[-1]
+    cpu = account.report({"peer": account.used("peer"),
+                          "serving_replica": account.used("replicas", only=node),
+                          "other_replicas": account.used("replicas", but=node),
+                          "brokers": account.used("brokers")}, counter.n)
     return {"peer_handled": counter.n, "peer_seconds": round(seconds, 3),
             "peer_msgs_per_s": int(counter.n / seconds) if seconds > 0 else 0,
             "peer_start_to_done_s": round(start_s, 2), "replayed": st["replayed"],
             "replay_ms": st["replay_ms"], "barrier": st["barrier"], "node": node,
-            "rss": rss.report(node)}
+            "rss": rss.report(node), "cpu": cpu}
 
 
 def settle(say: Say, timeout_s: float) -> dict[str, Any]:
@@ -292,8 +305,8 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     result: dict[str, Any] = {"messages": messages, "payload_bytes": len(payload),
                               "fill": fill_mode, "fill_s": round(fill_s, 1), "peer": peer,
                               "partition": k, "batch": batch, "window": window, **settled}
-    result.update(peer_replay(settings, peer, messages, _replica_pids(state_dir), timeout_s,
-                              say, batch, window))
+    result.update(peer_replay(settings, peer, messages, _stack_pids(state_dir, "replica"),
+                              timeout_s, say, batch, window, _stack_pids(state_dir, "broker")))
     say("raw confluent-kafka consumer on the same queue records")
     result.update(raw_read(settings, peer, k, q0, messages, timeout_s, say))
     raw = result["raw_msgs_per_s"]

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from log.exceptions import ClusterLaunchError
 from tidemark.stack.launcher import LocalStack
 
-__all__ = ["Settled", "Window", "busy_cores", "cpu_pressure", "measure", "wait_quiet",
-           "jit_seconds", "broker_jit_probe"]
+__all__ = ["Settled", "Window", "busy_cores", "cpu_times", "cpu_pressure", "measure",
+           "wait_quiet", "jit_seconds", "broker_jit_probe"]
 
 
-def _cpu_times() -> tuple[float, float, float]:
+def cpu_times() -> tuple[float, float, float]:
     """(busy, total, steal) jiffies of the whole machine, from /proc/stat."""
     with open("/proc/stat") as f:
         fields = [float(x) for x in f.readline().split()[1:]]
@@ -49,10 +49,10 @@ class Window:
 
 def measure(window_s: float = 2.0) -> Window:
     """Busy cores, stolen time and CPU pressure over the next ``window_s`` seconds."""
-    busy0, total0, steal0 = _cpu_times()
+    busy0, total0, steal0 = cpu_times()
     psi0, t0 = _psi_some("total"), time.monotonic()
     time.sleep(window_s)  # a measurement window, not a synchronization
-    busy1, total1, steal1 = _cpu_times()
+    busy1, total1, steal1 = cpu_times()
     psi1, t1 = _psi_some("total"), time.monotonic()
     cores = os.cpu_count() or 1
     span = max(1e-9, total1 - total0)
