@@ -187,14 +187,14 @@ def load_cluster_file(path: str | os.PathLike[str],
     store_doc = doc.get("store", {})
     if not isinstance(store_doc, dict):
         raise ClusterConfigError(f"{path}: [store] must be a table")
-    unknown = set(store_doc) - {"cache_mb", "write_buffer_mb", "open_tables", "table_file_mb"}
+    unknown = set(store_doc) - {f.name for f in fields(StoreOptions)}
     if unknown:
         raise ClusterConfigError(f"{path}: unknown key store.{sorted(unknown)[0]}")
-    where = f"{path}: store"
-    store = StoreOptions(_int(store_doc, "cache_mb", 32, where, 1),
-                         _int(store_doc, "write_buffer_mb", 16, where, 1),
-                         _int(store_doc, "open_tables", 64, where, 64),
-                         _int(store_doc, "table_file_mb", 2, where, 1))
+    store_defaults = StoreOptions()  # each key's default is the StoreOptions field's
+    store = StoreOptions(**{
+        f.name: _int(store_doc, f.name, getattr(store_defaults, f.name), f"{path}: store",
+                     64 if f.name == "open_tables" else 1)
+        for f in fields(StoreOptions)})
     secret = cluster.get("secret", "")
     if not isinstance(secret, str):
         raise ClusterConfigError(f"{path}: cluster.secret must be a string")
