@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import shutil
 import struct
 import sys
@@ -235,6 +236,7 @@ def gc_bench(bootstrap: str | None = None, config: str | None = None,
             for i, gc_on in enumerate(GC_RUN_ORDER):
                 copy = scratch / f"{name}-{i}"
                 shutil.copytree(base, copy)
+                os.sync()  # the copy's writeback is done before the run, not during it
                 say(f"{name}: run {i + 1}/{len(GC_RUN_ORDER)}, GC {'on' if gc_on else 'off'}")
                 sides.append((gc_on, _child(_gc_side_worker, settings, ends, str(copy),
                                             min_age, gc_on)))

@@ -87,3 +87,14 @@ def test_registry_parses_and_rejects() -> None:
     with pytest.raises(ConfigError, match="TIDEMARK_PARTITIONS"):
         registry.check_environment({"TIDEMARK_PARTITIONS": "0"})
     registry.check_environment({"TIDEMARK_UNRELATED_THING": "x", "TIDEMARK_PARTITIONS": "4"})
+
+
+def test_consumers_refetch_soon_after_draining_their_queue() -> None:
+    """librdkafka knows every consumer key (building a client checks them, no broker needed),
+    and a consumer that went over its local queue thresholds fetches again within tens of
+    milliseconds, not librdkafka's default second (the replica ingest starved without it)."""
+    from confluent_kafka import Consumer
+    s = load_settings(env={}, bootstrap="127.0.0.1:9")
+    conf = s.consumer_config(**{"queued.min.messages": 50000})
+    assert conf["fetch.queue.backoff.ms"] <= 50
+    Consumer(conf).close()
