@@ -10,9 +10,11 @@ import schemas
 from log.codec import Codec, default_codec
 from log.exceptions import CodecError
 from replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_readers, txlog_scanners
+from replica.fastpath_acks import ACK_BATCH, ack_batch_header
 
 CODEC = default_codec()
 SCANNERS = txlog_scanners(CODEC)
+BATCH = ack_batch_header(CODEC)
 text = st.text(max_size=80)
 longs = st.integers(-(1 << 63), (1 << 63) - 1)
 
@@ -35,12 +37,23 @@ def purges() -> st.SearchStrategy[bytes]:
         "peer": p, "environment": e, "timestamp_ms": ts}), text, text, longs)
 
 
-def expected(value: bytes) -> bytes | None:
-    """What the slow path indexes for ``value`` (None: it is a dead letter)."""
+def batches() -> st.SearchStrategy[bytes]:
+    return st.builds(lambda p, e, ids, ts: CODEC.encode("AckBatch", {
+        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts}),
+        text, text, st.lists(text, max_size=150), longs)
+
+
+def expected(value: bytes) -> bytes | tuple | None:
+    """What the slow path indexes for ``value`` (None: it is a dead letter); for an
+    AckBatch, what its scanner (replica/fastpath_acks.py) reads."""
     try:
         dec = CODEC.decode(value)
     except CodecError:
         return None
+    if dec.name == "AckBatch":
+        rec = dec.record
+        return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
+                rec["timestamp_ms"])
     if dec.name == "Ack":
         return f"{dec.record['peer']}\0{dec.record['message_id']}".encode()
     if dec.name == "Purge":
@@ -48,7 +61,9 @@ def expected(value: bytes) -> bytes | None:
     return b""
 
 
-def scan(value: bytes) -> bytes | None:
+def scan(value: bytes) -> bytes | tuple | None:
+    if BATCH is not None and value[:10] == BATCH[0]:
+        return BATCH[1](value)
     entry = SCANNERS.get(value[:10])
     return None if entry is None else entry[1](value)
 
@@ -58,7 +73,7 @@ def test_every_kind_has_a_scanner() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(sends(), acks(), purges()))
+@given(st.one_of(sends(), acks(), purges(), batches()))
 def test_valid_values_scan_like_the_codec(value: bytes) -> None:
     got = scan(value)
     assert got is None or got == expected(value)  # None only means "ask the codec"
@@ -67,7 +82,7 @@ def test_valid_values_scan_like_the_codec(value: bytes) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(sends(), acks(), purges()), st.data())
+@given(st.one_of(sends(), acks(), purges(), batches()), st.data())
 def test_truncated_or_extended_values_are_never_accepted_wrongly(value: bytes,
                                                                 data: st.DataObject) -> None:
     cut = data.draw(st.integers(10, len(value) - 1))
@@ -76,7 +91,7 @@ def test_truncated_or_extended_values_are_never_accepted_wrongly(value: bytes,
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.one_of(sends(), acks(), purges()), st.data())
+@given(st.one_of(sends(), acks(), purges(), batches()), st.data())
 def test_mutated_values_agree_with_the_codec(value: bytes, data: st.DataObject) -> None:
     raw = bytearray(value)
     for _ in range(data.draw(st.integers(1, 3))):
