@@ -4,14 +4,16 @@ acks, durability levels, flight size, and an in-memory test double (``peer_clien
 
 from log.settings import Settings, load_settings
 from peer_client.aio import AsyncPeer
-from peer_client.context import MessageContext, Phase
+from peer_client.context import BatchContext, MessageContext, Phase
 from peer_client.exceptions import (
+                                    BatchFailed,
                                     DedupStoreError,
                                     DuplicatePeerError,
                                     DurabilityTimeoutError,
                                     DurabilityUnavailableError,
                                     FlightSizeExceededError,
                                     HandlerError,
+                                    MessageFailed,
                                     MessageTypeError,
                                     OversizedMessageError,
                                     PayloadError,
@@ -30,7 +32,7 @@ from peer_client.ports import Delivery
 from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
 
 __all__ = [
-    "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "Phase",
+    "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "BatchContext", "Phase",
     "MessageType", "message", "message_type_of", "register_message",
     "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
     "Serializer", "PeerCollector",
@@ -38,4 +40,5 @@ __all__ = [
     "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
     "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
     "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError",
+    "BatchFailed", "MessageFailed",
 ]

@@ -60,6 +60,10 @@ class AsyncPeer:
         """Register a handler (``async def`` or plain); see :meth:`Peer.handler`."""
         return self.core.handler(fn_or_cls)
 
+    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+        """Register a batch handler; see :meth:`Peer.batch_handler`."""
+        return self.core.batch_handler(fn_or_cls)
+
     async def start(self) -> "AsyncPeer":
         """Start on the running loop (which then runs the ``async def`` handlers)."""
         loop = asyncio.get_running_loop()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from peer_client.records import Envelope
 
-__all__ = ["Phase", "MessageContext"]
+__all__ = ["Phase", "MessageContext", "BatchContext"]
 
 
 class Phase(enum.Enum):
@@ -102,3 +103,42 @@ class MessageContext:
 
 _FIELDS = ("message_id", "sender", "message_type", "delivery_count", "replay", "timestamp_ms",
            "peer_id", "persistent")
+
+
+class BatchContext:
+    """Passed to a batch handler beside its list of messages: the :class:`MessageContext`
+    of each, by index (``ctx[i]``, ``for c in ctx``), built only when asked for."""
+
+    __slots__ = ("_envs", "_peer_id")
+
+    def __init__(self, envs: "Sequence[Envelope]", peer_id: str) -> None:
+        self._envs = envs
+        self._peer_id = peer_id
+
+    def __len__(self) -> int:
+        return len(self._envs)
+
+    def __getitem__(self, index: int) -> MessageContext:
+        return MessageContext(self._envs[index], self._peer_id)
+
+    def __iter__(self) -> Iterator[MessageContext]:
+        peer_id = self._peer_id
+        return (MessageContext(env, peer_id) for env in self._envs)
+
+    @property
+    def message_ids(self) -> list[str]:
+        """The messages' ids, in batch order."""
+        return [env.message_id for env in self._envs]
+
+    @property
+    def replay(self) -> bool:
+        """True when every message of the batch came from replay."""
+        return all(env.replay for env in self._envs)
+
+    @property
+    def peer_id(self) -> str:
+        """The peer handling them."""
+        return self._peer_id
+
+    def __repr__(self) -> str:
+        return f"BatchContext({len(self._envs)} messages, peer_id={self._peer_id!r})"

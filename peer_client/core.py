@@ -187,9 +187,26 @@ class PeerCore(Sending, Acking):
         self._add_handler(fn_or_cls, None)
         return fn_or_cls
 
-    def _add_handler(self, fn: Callable[..., Any], cls: type | None) -> Handler:
+    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+        """Decorator: ``@peer.batch_handler`` (first parameter annotated ``list[T]``) or
+        ``@peer.batch_handler(T)``; the handler takes a list of messages (and optionally a
+        :class:`~peer_client.context.BatchContext`)."""
+        if isinstance(fn_or_cls, type):
+            cls = fn_or_cls
+
+            def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+                self._add_handler(fn, cls, batch=True)
+                return fn
+            return wrap
+        if fn_or_cls is None:
+            return self.batch_handler
+        self._add_handler(fn_or_cls, None, batch=True)
+        return fn_or_cls
+
+    def _add_handler(self, fn: Callable[..., Any], cls: type | None,
+                     batch: bool = False) -> Handler:
         before = self.handlers.names()
-        handler = self.handlers.add(fn, cls)
+        handler = self.handlers.add(fn, cls, batch)
         if self.phase in RUNNING and self.handlers.names() != before:
             self.publish_descriptor(True)  # new subscription
         return handler

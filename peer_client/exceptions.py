@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from log.exceptions import OversizedMessageError, TidemarkError
 
 __all__ = ["PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
            "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
            "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
-           "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError"]
+           "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError",
+           "BatchFailed", "MessageFailed"]
 
 
 class PeerClientError(TidemarkError):
@@ -77,3 +80,19 @@ class ReplayDeniedError(PeerClientError):
 class DedupStoreError(PeerClientError):
     """The persisted dedup store cannot be used: another peer's (or environment's), in use
     by another process, or unreadable/corrupt. The message says which and what to do."""
+
+
+class BatchFailed(Exception):
+    """Raised by a batch handler whose batch partly failed: ``failures`` maps the index of
+    each failed message in the batch to its reason. Those are reported (a DeliveryFailed
+    record each) and delivered again; every other message of the batch counts as handled
+    and is acked. Any other exception fails the whole batch."""
+
+    def __init__(self, failures: "Mapping[int, str | BaseException]") -> None:
+        self.failures: dict[int, BaseException] = {
+            int(i): MessageFailed(r) if isinstance(r, str) else r for i, r in failures.items()}
+        super().__init__(f"{len(self.failures)} message(s) of the batch failed")
+
+
+class MessageFailed(Exception):
+    """The failure of one message of a batch, as a batch handler gave it (a reason)."""

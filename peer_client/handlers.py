@@ -1,7 +1,9 @@
-"""Handlers by message type, typed by annotation: ``def on(msg: OrderPlaced, ctx)``."""
+"""Handlers by message type, typed by annotation: ``def on(msg: OrderPlaced, ctx)``, or for a
+batch handler ``def on(msgs: list[OrderPlaced], ctx)``."""
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import typing
 from collections.abc import Callable
@@ -22,9 +24,10 @@ class Handler:
     fn: Callable[..., Any]
     is_async: bool
     takes_context: bool
+    batch: bool = False  #: called with a list of messages (and a BatchContext)
 
 
-def _annotated_type(fn: Callable[..., Any]) -> type:
+def _annotated_type(fn: Callable[..., Any], batch: bool = False) -> type:
     params = list(inspect.signature(fn).parameters.values())
     if not params:
         raise HandlerError(f"handler {fn.__qualname__} takes no message parameter")
@@ -36,7 +39,13 @@ def _annotated_type(fn: Callable[..., Any]) -> type:
     if hint is None:
         raise HandlerError(f"handler {fn.__qualname__}: annotate its first parameter with the"
                            f" message type, or pass the type: @peer.handler(MyMessage)")
-    return hint
+    if not batch:
+        return hint
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) not in (list, collections.abc.Sequence) or len(args) != 1:
+        raise HandlerError(f"batch handler {fn.__qualname__}: annotate its first parameter as"
+                           f" list[MyMessage], or pass the type: @peer.batch_handler(MyMessage)")
+    return args[0]
 
 
 class HandlerRegistry:
@@ -45,9 +54,11 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, Handler] = {}
 
-    def add(self, fn: Callable[..., Any], message_cls: type | None = None) -> Handler:
-        """Register ``fn`` for ``message_cls`` (default: its first parameter's annotation)."""
-        cls = message_cls or _annotated_type(fn)
+    def add(self, fn: Callable[..., Any], message_cls: type | None = None,
+            batch: bool = False) -> Handler:
+        """Register ``fn`` for ``message_cls`` (default: its first parameter's annotation,
+        ``list[T]`` for a ``batch`` handler)."""
+        cls = message_cls or _annotated_type(fn, batch)
         try:
             mt = message_type_of(cls)
         except MessageTypeError as exc:
@@ -57,7 +68,7 @@ class HandlerRegistry:
                                f" {self._by_name[mt.name].fn.__qualname__}")
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        handler = Handler(mt, fn, inspect.iscoroutinefunction(fn), len(params) >= 2)
+        handler = Handler(mt, fn, inspect.iscoroutinefunction(fn), len(params) >= 2, batch)
         self._by_name[mt.name] = handler
         return handler
 

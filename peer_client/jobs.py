@@ -3,6 +3,11 @@
 A :class:`Job` runs one handler and then calls its ``finish`` (ack, or record the failure).
 A :class:`RunJob` runs one sender's run of plain handlers in order (replay delivers in
 batches) and finishes them together. Both are built by :class:`peer_client.inbox.Inbox`.
+
+A batch handler (``Handler.batch``) is called once with the messages of a run that follow each
+other and share it, in order, with a :class:`~peer_client.context.BatchContext`; a single
+:class:`Job` calls it with a list of one. It fails the messages it names in a
+:class:`~peer_client.exceptions.BatchFailed`, or all of them by raising anything else.
 """
 
 from __future__ import annotations
@@ -10,11 +15,59 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from peer_client.context import MessageContext
+from peer_client.context import BatchContext, MessageContext
+from peer_client.exceptions import BatchFailed
 from peer_client.handlers import Handler
 from peer_client.records import Envelope
 
-__all__ = ["Job", "RunJob"]
+__all__ = ["Job", "RunJob", "call_batch"]
+
+_Failures = dict[int, BaseException]
+
+
+def _failures(exc: Exception, n: int) -> _Failures:
+    """Which of ``n`` messages a batch handler's exception fails."""
+    if isinstance(exc, BatchFailed):
+        return {i: e for i, e in exc.failures.items() if 0 <= i < n}
+    return dict.fromkeys(range(n), exc)
+
+
+def call_batch(handler: Handler, messages: list[Any], envs: list[Envelope], peer_id: str
+               ) -> _Failures:
+    """Call a plain batch handler; the failed messages by index (empty: all handled)."""
+    try:
+        if handler.takes_context:
+            handler.fn(messages, BatchContext(envs, peer_id))
+        else:
+            handler.fn(messages)
+    except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
+        return _failures(exc, len(envs))
+    return {}
+
+
+def _call_one(handler: Handler, message: Any, env: Envelope, peer_id: str
+              ) -> BaseException | None:
+    """Call a plain single-message handler; its exception, or None."""
+    try:
+        if handler.takes_context:
+            handler.fn(message, MessageContext(env, peer_id))
+        else:
+            handler.fn(message)
+    except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
+        return exc
+    return None
+
+
+async def _call_batch_async(handler: Handler, messages: list[Any], envs: list[Envelope],
+                            peer_id: str) -> _Failures:
+    try:
+        if handler.takes_context:
+            await handler.fn(messages, BatchContext(envs, peer_id))
+        else:
+            await handler.fn(messages)
+    except Exception as exc:  # noqa: BLE001
+        return _failures(exc, len(envs))
+    return {}
 
 
 class Job:
@@ -38,6 +91,10 @@ class Job:
     def run(self) -> None:
         """Run a plain handler and finish."""
         h = self.handler
+        if h.batch:
+            failed = call_batch(h, [self.message], [self.env], self.ctx.peer_id)
+            self._finish(self, failed.get(0))
+            return
         try:
             if h.takes_context:
                 h.fn(self.message, self.ctx)
@@ -51,6 +108,10 @@ class Job:
     async def run_async(self) -> None:
         """Run an ``async def`` handler and finish."""
         h = self.handler
+        if h.batch:
+            failed = await _call_batch_async(h, [self.message], [self.env], self.ctx.peer_id)
+            self._finish(self, failed.get(0))
+            return
         try:
             if h.takes_context:
                 await h.fn(self.message, self.ctx)
@@ -81,6 +142,9 @@ class RunJob:
 
     def run(self) -> None:
         """Run each handler in order, then finish the run."""
+        if any(h.batch for _, h, _ in self.items):
+            self._run_batches()
+            return
         peer_id, after_each = self.peer_id, self._after_each
         ok: list[Envelope] = []
         failed: list[tuple[Envelope, BaseException]] = []
@@ -96,4 +160,39 @@ class RunJob:
             if after_each is not None:
                 after_each(env)
             ok.append(env)
+        self._done(ok, failed)
+
+    def _run_batches(self) -> None:
+        """:meth:`run` for a run with batch handlers: each stretch of messages that share
+        one is a single call."""
+        items, peer_id, after_each = self.items, self.peer_id, self._after_each
+        ok: list[Envelope] = []
+        failed: list[tuple[Envelope, BaseException]] = []
+        i, n = 0, len(items)
+        while i < n:
+            h = items[i][1]
+            j = i + 1
+            while j < n and items[j][1] is h:
+                j += 1
+            envs = [item[0] for item in items[i:j]]
+            if h.batch:
+                errors = call_batch(h, [item[2] for item in items[i:j]], envs, peer_id)
+            else:
+                errors = {}
+                for k, (env, _, message) in enumerate(items[i:j]):
+                    error = _call_one(h, message, env, peer_id)
+                    if error is not None:
+                        errors[k] = error
+            if not errors and after_each is None:
+                ok.extend(envs)
+            else:
+                for k, env in enumerate(envs):
+                    error = errors.get(k)
+                    if error is not None:
+                        failed.append((env, error))
+                        continue
+                    if after_each is not None:
+                        after_each(env)
+                    ok.append(env)
+            i = j
         self._done(ok, failed)

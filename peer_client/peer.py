@@ -143,6 +143,15 @@ class Peer:
         :class:`~peer_client.MessageContext`. Registering subscribes to the type."""
         return self.core.handler(fn_or_cls)
 
+    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+        """Register a batch handler: ``@peer.batch_handler`` with the first parameter
+        annotated ``list[MessageType]``, or ``@peer.batch_handler(MessageType)``. It takes a
+        list of messages (consecutive ones of a replay come together, in order; a live one
+        alone), and optionally a :class:`~peer_client.BatchContext`. Raising
+        :class:`~peer_client.BatchFailed` fails only the messages it names; any other
+        exception fails the whole batch."""
+        return self.core.batch_handler(fn_or_cls)
+
     def directory(self) -> list[PeerEntry]:
         """The peers of this environment, as this peer's directory cache knows them."""
         with self.core.dir_lock:

@@ -118,6 +118,10 @@ class TestPeer:
         """Register a handler (see :meth:`peer_client.Peer.handler`)."""
         return self.core.handler(fn_or_cls)
 
+    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+        """Register a batch handler (see :meth:`peer_client.Peer.batch_handler`)."""
+        return self.core.batch_handler(fn_or_cls)
+
     def start(self) -> "TestPeer":
         """Register, replay what is unacked for this peer, then take live messages."""
         self.bus.start_peer(self)

@@ -9,105 +9,31 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from log.codec import default_codec
-from peer_client import MessageContext, message
+from peer_client import MessageContext
 from peer_client.ack_encoding import MAX_BATCH_BYTES, AckBatchEncoder, chunks
 from peer_client.context import Phase
 from peer_client.core import PeerCore
 from peer_client.dedup import DedupWindow
 from peer_client.handlers import HandlerRegistry
 from peer_client.inbox import Inbox, Job, RunJob
-from peer_client.messages import message_type_of
 from peer_client.options import PeerOptions
 from peer_client.records import Envelope
 from peer_client.runner import ThreadExecutor
+from tests.peer_batches import ENCODE, BatchItem, Log, core_of, envelopes, messages, model
 
 CODEC = default_codec()
 
 
-@message("unit.BatchItem")
-@dataclass
-class BatchItem:
-    n: int
-    fail: bool = False
-
-
-ENCODE = message_type_of(BatchItem).serializer.encode
-
-
-class Log:
-    """An in-memory txlog port (and the other ports, unused)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.records: list[tuple[str, dict[str, Any]]] = []
-
-    def append(self, key: str, value: bytes, on_delivery: Any = None) -> None:
-        d = CODEC.decode(value)
-        with self.lock:
-            self.records.append((d.name, d.record))
-
-    def flush(self, timeout: float) -> None: ...
-    def serve(self) -> None: ...
-    def deliver(self, endpoint: str, batch: bytes, done: Any) -> None: ...
-    def publish(self, peer_id: str, desc: Any, on_delivery: Any = None) -> None: ...
-
-    def ids(self, name: str) -> list[str]:
-        """Message ids of the ``name`` records (``Ack``: of the AckBatch records)."""
-        with self.lock:
-            if name == "Ack":
-                return sorted(m for n, r in self.records if n == "AckBatch"
-                              for m in r["message_ids"])
-            return sorted(r["message_id"] for n, r in self.records if n == name)
-
-
-def _core(limit: int, workers: int = 4,
-          slow: Any = None) -> tuple[PeerCore, Log, dict[str, list[int]]]:
-    port = Log()
-    opts = PeerOptions(workers=workers, inbox_limit=limit)
-    core = PeerCore("B", "test", opts, log_port=port, direct=port, directory_port=port,
-                    stability=None, executor=ThreadExecutor(workers, name="B"),
-                    max_message_bytes=1 << 20)
-    handled: dict[str, list[int]] = defaultdict(list)
-
-    def handle(msg: BatchItem, ctx: MessageContext) -> None:
-        handled[ctx.sender].append(msg.n)  # one job of a sender at a time: no race
-        if msg.fail:
-            raise ValueError(f"item {msg.n} fails")
-    core.handler(BatchItem)(slow or handle)
-    core.set_phase(Phase.REPLAY)
-    return core, port, handled
-
-
-# (sender, id number, kind): kind ok, fail (handler raises), unknown (type), malformed
-kinds = st.sampled_from(["ok", "ok", "ok", "fail", "unknown", "malformed"])
-messages = st.lists(st.tuples(st.sampled_from("ABC"), st.integers(0, 30), kinds), max_size=60)
-
-
-def _envelopes(spec: list[tuple[str, int, str]]) -> list[Envelope]:
-    out = []
-    for i, (sender, n, kind) in enumerate(spec):
-        mid = f"m{n}" if kind == "ok" else f"{kind}{i}"  # failures never repeat: no timing
-        mtype, payload = "unit.BatchItem", ENCODE(BatchItem(n if kind == "ok" else -i,
-                                                            kind == "fail"))
-        if kind == "unknown":
-            mtype = "unit.Nope"
-        elif kind == "malformed":
-            payload = b"\xc3\x01garbage"
-        out.append(Envelope(mid, sender, mtype, payload, 1, True, "test", 0, False, 0, i))
-    return out
-
-
 def _run(spec: list[tuple[str, int, str]], batched: bool, chunk: int,
          limit: int) -> tuple[Any, ...]:
-    core, port, handled = _core(limit)
-    envs = _envelopes(spec)
+    core, port, handled = core_of(limit)
+    envs = envelopes(spec)
     if batched:
         for i in range(0, len(envs), chunk):
             core.deliver_replayed_batch(envs[i:i + chunk])
@@ -121,18 +47,6 @@ def _run(spec: list[tuple[str, int, str]], batched: bool, chunk: int,
     return dict(handled), stats, port.ids("Ack"), port.ids("DeliveryFailed")
 
 
-def _model(spec: list[tuple[str, int, str]]) -> dict[str, list[int]]:
-    seen: set[str] = set()
-    out: dict[str, list[int]] = defaultdict(list)
-    for i, (sender, n, kind) in enumerate(spec):
-        if kind == "ok" and f"m{n}" not in seen:
-            seen.add(f"m{n}")
-            out[sender].append(n)
-        elif kind == "fail":
-            out[sender].append(-i)
-    return dict(out)
-
-
 @settings(max_examples=60, deadline=None)
 @given(messages, st.integers(1, 25), st.sampled_from([1, 3, 1000]))
 def test_batched_delivery_equals_one_by_one(spec: list[tuple[str, int, str]], chunk: int,
@@ -140,7 +54,7 @@ def test_batched_delivery_equals_one_by_one(spec: list[tuple[str, int, str]], ch
     one = _run(spec, False, chunk, limit)
     many = _run(spec, True, chunk, limit)
     assert many == one
-    assert many[0] == _model(spec)
+    assert many[0] == model(spec)
     oks = {f"m{n}" for _, n, kind in spec if kind == "ok"}
     assert many[2] == sorted(oks)  # every handled message acked once, failures never
     assert len(many[3]) == sum(1 for *_, kind in spec if kind != "ok")
@@ -155,7 +69,7 @@ def test_the_inbox_limit_bounds_unfinished_messages_of_a_batch() -> None:
         with lock:
             running.append(msg.n)
         assert release.wait(10)
-    core, _, _ = _core(limit=3, workers=8, slow=slow)
+    core, _, _ = core_of(limit=3, workers=8, slow=slow)
     envs = [Envelope(f"m{i}", f"S{i}", "unit.BatchItem", ENCODE(BatchItem(i)), 1, True,
                      "test") for i in range(10)]
     t = threading.Thread(target=core.deliver_replayed_batch, args=(envs,), daemon=True)

@@ -48,7 +48,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
                                      payload_bytes=args.payload_bytes, fill_mode=args.fill,
                                      state_dir=args.state_dir, timeout_s=args.timeout,
                                      say=progress, batch=args.batch, window=args.window,
-                                     settle_s=args.settle)
+                                     settle_s=args.settle, handler=args.handler)
     if args.json:
         print_json(r)
         return 0
@@ -56,8 +56,8 @@ def _bench_replay(args: argparse.Namespace) -> int:
     ratio_ok = "meets" if (r["ratio"] or 0) >= r["target_ratio"] else "BELOW"
     print(f"raw confluent-kafka consumer (same queue records): {r['raw_msgs_per_s']:>10,}"
           f" msgs/s")
-    print(f"replica replay -> Peer handler                   : {r['peer_msgs_per_s']:>10,}"
-          f" msgs/s  ratio {r['ratio']}")
+    print(f"replica replay -> Peer {r['handler']:6} handler            :"
+          f" {r['peer_msgs_per_s']:>10,} msgs/s  ratio {r['ratio']}")
     print(f"({rate_ok} target >= {r['target_msgs_per_s']:,} msgs/s; {ratio_ok} target ratio"
           f" >= {r['target_ratio']}; {r['messages']:,} messages, {r['payload_bytes']}-byte"
           f" payloads, fill {r['fill']})")
@@ -78,6 +78,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction[Any],
              bench: argparse._SubParsersAction[Any]) -> None:
     """Add ``demo`` and ``bench replay``."""
+    from tidemark.demo.replay_bench import HANDLERS
     demo = commands.add_parser("demo", help="the replay scenario on a running local stack"
                                             " (brokers, replicas, Spark): kill -9 a peer,"
                                             " restart, replay, count lost messages")
@@ -105,6 +106,9 @@ def register(commands: argparse._SubParsersAction[Any],
                    help="entries per replay batch (the peer's replay option)")
     b.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                    help="the next batch is sent once at most this many are unacked")
+    b.add_argument("--handler", choices=HANDLERS, default="batch",
+                   help="batch: the messages go to a Peer.batch_handler (a list each call);"
+                        " single: to a Peer.handler (one call each)")
     b.add_argument("--settle", type=float, default=300.0,
                    help="seconds to wait at most, after the fill, for a quiet machine (the"
                         " replicas ingested and compacted the backlog); 0: do not wait")

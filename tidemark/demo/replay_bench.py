@@ -14,9 +14,14 @@ Filling the backlog (``fill``):
   and the replay's barrier waits for it.
 
 Once filled, the bench waits (``settle_s``, at most) until the machine is quiet: the
-replica nodes have ingested the backlog and compacted it (:func:`settle`). The peer's rate
-runs from the first replayed message its handler saw to the last; the raw rate from the
-first record the raw consumer got to the last of the same queue entries.
+replica nodes have ingested the backlog and compacted it (:func:`settle`). The raw consumer
+reads the queue records then, on the quiet machine; the bench waits for quiet again and
+replays. (Read after the replay, as before, the raw consumer shared the machine with the
+replicas' GC releasing the million replayed messages: 0.3-1.0M records/s from one run to the
+next, which made the ratio a measure of that GC's progress.) The peer's rate runs from the
+first replayed message its handler saw to the last; the raw rate from the first record the
+raw consumer got to the last of the same queue entries. ``handler`` picks the peer's
+handler: ``batch`` (``Peer.batch_handler``, the default) or ``single`` (``Peer.handler``).
 """
 
 from __future__ import annotations
@@ -39,13 +44,15 @@ from log.offsets import end_offsets, watermarks
 from log.partitioner import partition_for_peer
 from log.producer import LogProducer
 from log.settings import Settings
-from peer_client import MessageContext, Peer, message, message_type_of
+from peer_client import BatchContext, MessageContext, Peer, message, message_type_of
 from tidemark.stack.cpu_account import CpuAccount
 
-__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO"]
+__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO", "HANDLERS"]
 
 TARGET_RATE = 100_000
 TARGET_RATIO = 0.5
+#: ``--handler``: the replayed messages go to a ``Peer.batch_handler`` or a ``Peer.handler``
+HANDLERS = ("batch", "single")
 Say = Callable[[str], None]
 
 
@@ -201,6 +208,7 @@ class _Counter:
         self.lock = threading.Lock()
 
     def handle(self, msg: BenchItem, ctx: MessageContext) -> None:
+        """The per-message handler (``Peer.handler``)."""
         now = time.perf_counter()
         with self.lock:
             if not self.n:
@@ -208,10 +216,20 @@ class _Counter:
             self.n += 1
             self.last = now
 
+    def handle_batch(self, msgs: list[BenchItem], ctx: BatchContext) -> None:
+        """The batch handler (``Peer.batch_handler``)."""
+        now = time.perf_counter()
+        with self.lock:
+            if not self.n:
+                self.first = now
+            self.n += len(msgs)
+            self.last = now
+
 
 def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], timeout_s: float,
                 say: Say, batch: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW,
-                brokers: dict[str, int] | None = None) -> dict[str, Any]:
+                brokers: dict[str, int] | None = None, handler: str = "batch"
+                ) -> dict[str, Any]:
     """Start a real Peer with replay on start; its handler counts the replayed messages.
     The CPU each process used meanwhile is accounted (``cpu``): this process (the peer),
     the replica that served the replay, the other replicas, the brokers."""
@@ -220,7 +238,10 @@ def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], tim
     replayer = ReplicaReplayer(settings, barrier_timeout_ms=int(timeout_s * 1000),
                                batch=batch, window=window)
     p = Peer(peer, None, settings, replayer=replayer)
-    p.handler(BenchItem)(counter.handle)
+    if handler == "batch":
+        p.batch_handler(BenchItem)(counter.handle_batch)
+    else:
+        p.handler(BenchItem)(counter.handle)
     done = threading.Event()
 
     def progress() -> None:
@@ -281,7 +302,8 @@ def settle(say: Say, timeout_s: float) -> dict[str, Any]:
 def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: int = 150,
                  fill_mode: str = "direct", state_dir: str | None = None,
                  timeout_s: float = 900.0, say: Say = print, batch: int = DEFAULT_BATCH,
-                 window: int = DEFAULT_WINDOW, settle_s: float = 300.0) -> dict[str, Any]:
+                 window: int = DEFAULT_WINDOW, settle_s: float = 300.0,
+                 handler: str = "batch") -> dict[str, Any]:
     """The whole bench; returns the figures (see the module doc)."""
     from gossip.cluster_config import ConfigLog
     config = ConfigLog(settings)
@@ -301,14 +323,19 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     fill_s = time.perf_counter() - t0
     say(f"fill done in {fill_s:.1f}s; waiting until the replicas have stored it")
     settled = settle(say, settle_s)
-    say(f"replaying into a Peer (replay on start, batch {batch}, window {window})")
     result: dict[str, Any] = {"messages": messages, "payload_bytes": len(payload),
                               "fill": fill_mode, "fill_s": round(fill_s, 1), "peer": peer,
-                              "partition": k, "batch": batch, "window": window, **settled}
-    result.update(peer_replay(settings, peer, messages, _stack_pids(state_dir, "replica"),
-                              timeout_s, say, batch, window, _stack_pids(state_dir, "broker")))
+                              "partition": k, "batch": batch, "window": window,
+                              "handler": handler, **settled}
     say("raw confluent-kafka consumer on the same queue records")
     result.update(raw_read(settings, peer, k, q0, messages, timeout_s, say))
+    again = settle(say, settle_s)
+    result["settle_before_replay_s"] = again["settle_s"]
+    say(f"replaying into a Peer's {handler} handler (replay on start, batch {batch},"
+        f" window {window})")
+    result.update(peer_replay(settings, peer, messages, _stack_pids(state_dir, "replica"),
+                              timeout_s, say, batch, window, _stack_pids(state_dir, "broker"),
+                              handler))
     raw = result["raw_msgs_per_s"]
     result["ratio"] = round(result["peer_msgs_per_s"] / raw, 3) if raw else None
     result["target_msgs_per_s"], result["target_ratio"] = TARGET_RATE, TARGET_RATIO
