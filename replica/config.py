@@ -32,6 +32,8 @@ cache_mb = 32
 write_buffer_mb = 16
 open_tables = 64
 table_file_mb = 2
+bloom_bits = 10              # bloom filter bits per key; 0 = none
+snappy = 0                   # 1 = snappy-compress table blocks
 ```
 """
 
@@ -51,6 +53,9 @@ from replica.store import StoreOptions
 
 __all__ = ["NodeSpec", "PartitionSpec", "ReleasePolicy", "ClusterFile", "load_cluster_file",
            "render_cluster_file"]
+
+#: The smallest value of each [store] key (1 for the others).
+_STORE_MINIMUM = {"open_tables": 64, "bloom_bits": 0, "snappy": 0}
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,7 @@ def load_cluster_file(path: str | os.PathLike[str],
     store_defaults = StoreOptions()  # each key's default is the StoreOptions field's
     store = StoreOptions(**{
         f.name: _int(store_doc, f.name, getattr(store_defaults, f.name), f"{path}: store",
-                     64 if f.name == "open_tables" else 1)
+                     _STORE_MINIMUM.get(f.name, 1))
         for f in fields(StoreOptions)})
     secret = cluster.get("secret", "")
     if not isinstance(secret, str):

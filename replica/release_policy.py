@@ -22,9 +22,13 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
   sender's retry) or a Send the Ack beat must still find it. When the Ack is visited, an
   expiry ``E k <due ms> <ack offset>`` is written; after ``ack_window_ms`` past the Ack's
   timestamp the entry is dropped (if it still names that Ack).
-- An AckBatch is visited as the Acks of each of its ids, in order; their expiries are
-  ``E k <due ms> <batch offset> <4-byte index in the batch>``. An expiry is applied only
-  once a sweep that started after its Ack was visited has finished.
+- An AckBatch is visited as the Acks of each of its ids, in order, with one expiry for the
+  batch: ``E k <due ms> <batch offset> B`` -> the peer and the ids (:func:`batch_expiry`),
+  written without reading the index (the expiry drops an id's entry only if it still names
+  this batch). Stores written before hold one expiry per id,
+  ``E k <due ms> <batch offset> <4-byte index in the batch>`` -> the index suffix; both are
+  read. An expiry is applied only once a sweep that started after its Ack was visited has
+  finished.
 - A Purge index entry is dropped when a sweep that started after its Purge was visited
   finishes: every Send before it has been decided by then.
 - Stores from before sweeps hold ``W k ...`` pending entries: they are deleted (their Sends
@@ -63,7 +67,8 @@ from replica.gc_state import (
 from replica.keys import ack_prefix, data_key, purge_prefix
 from replica.store import Store
 
-__all__ = ["release", "collect", "PassResult", "GcState", "load_state", "CHUNK", "MAX_SKEW_MS"]
+__all__ = ["release", "collect", "PassResult", "GcState", "load_state", "CHUNK", "MAX_SKEW_MS",
+           "batch_expiry", "expiry_suffixes"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,7 @@ _H = struct.Struct(">H")
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _OLD_PENDING = b"W"           # the pending index of stores from before sweeps
+_BATCH = b"B"                 # ends the key of an AckBatch's expiry (one per id before)
 BatchFields = AckBatchFields  # ``(ACK_BATCH, peer, [message ids], timestamp_ms)``
 
 
@@ -183,22 +189,41 @@ def _drop_old_pending(work: _Pass, budget: int | None) -> int:
     return n
 
 
+def batch_expiry(peer: bytes, ids: list[bytes]) -> bytes:
+    """The value of an AckBatch's expiry: the peer and each id, length-prefixed."""
+    return b"".join([_I.pack(len(peer)), peer,
+                     *(part for mid in ids for part in (_I.pack(len(mid)), mid))])
+
+
+def expiry_suffixes(value: bytes) -> list[bytes]:
+    """The Ack index suffixes (``peer NUL message id``) of an AckBatch's expiry value."""
+    (size,), at = _I.unpack_from(value), _I.size
+    head, at = value[at:at + size] + b"\0", at + size
+    out = []
+    while at < len(value):
+        (size,), at = _I.unpack_from(value, at), at + _I.size
+        out.append(head + value[at:at + size])
+        at += size
+    return out
+
+
 def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
     """Drop Ack index entries whose window has passed, once a sweep that started after
     their Ack was visited has finished; returns how many were looked at."""
     db, k, n = work.store.db, work.k, 0
-    prefix = _expiry_prefix(k)
-    for key, suffix in db.iterator(start=prefix, stop=prefix + _Q.pack(now_ms + 1)):
+    prefix, aprefix = _expiry_prefix(k), ack_prefix(k)
+    for key, value in db.iterator(start=prefix, stop=prefix + _Q.pack(now_ms + 1)):
         if budget is not None and n >= budget:
             break
         at = key[len(prefix) + 8:len(prefix) + 16]  # the Ack (or AckBatch) offset
         if _Q.unpack(at)[0] >= work.state.swept:
             break  # a pending Send may still need it (expiries come in about log order)
-        n += 1
-        index = ack_prefix(k) + suffix
-        work.batch.delete_if(index, at)  # unless a later Ack took the entry over
+        suffixes = expiry_suffixes(value) if key[len(prefix) + 16:] == _BATCH else [value]
+        n += len(suffixes)
+        for suffix in suffixes:  # each unless a later Ack took the entry over
+            work.batch.delete_if(aprefix + suffix, at)
         work.batch.delete(key)
-        work.ops += 1
+        work.ops += len(suffixes)
         work.maybe_commit()
     return n
 
@@ -289,14 +314,11 @@ def _visit(work: _Pass, decider: _Decider, policy: ReleasePolicy, now_ms: int,
             state.dirty = True
             at = _Q.pack(off)
             expiry = _expiry_prefix(k) + _Q.pack(max(0, ts + policy.ack_window_ms)) + at
-            ids = msg_id if isinstance(msg_id, list) else None
-            for i, mid in enumerate(ids if ids is not None else (msg_id,)):
-                assert isinstance(mid, bytes)
-                suffix = peer + b"\0" + mid
-                if get(aprefix + suffix) == at:
-                    work.batch.put(expiry + (_I.pack(i) if ids is not None else b""), suffix)
-            if ids is not None:
-                visited += max(0, len(ids) - 1)  # a batch weighs its ids in the budget
+            if isinstance(msg_id, list):
+                work.batch.put(expiry + _BATCH, batch_expiry(peer, msg_id))
+                visited += max(0, len(msg_id) - 1)  # a batch weighs its ids in the budget
+            elif get(aprefix + peer + b"\0" + msg_id) == at:
+                work.batch.put(expiry, peer + b"\0" + msg_id)
         else:  # PURGE: its index entry goes when a sweep has decided the Sends before it
             work.delete_record(off)
             state.dirty = True

@@ -62,3 +62,10 @@ def test_sweeps_run_only_when_useful_and_rest_after_long_ones(
                 finish_sweep(s, now)
                 last_took = now - last_start
                 assert not s.sweeping and s.swept == s.horizon and s.low == s.horizon
+
+
+@given(st.binary(min_size=1, max_size=40), st.lists(st.binary(max_size=80), max_size=30))
+def test_an_ack_batch_expiry_round_trips(peer: bytes, ids: list[bytes]) -> None:
+    """One expiry value per AckBatch lists the Ack index suffix of each of its ids."""
+    from replica.release_policy import batch_expiry, expiry_suffixes
+    assert expiry_suffixes(batch_expiry(peer, ids)) == [peer + b"\0" + mid for mid in ids]

@@ -3,6 +3,7 @@ release policy below the GC point."""
 
 from __future__ import annotations
 
+import struct
 import time
 from pathlib import Path
 
@@ -141,6 +142,24 @@ def test_an_ack_batch_acks_each_of_its_ids_and_its_index_entries_expire(
     assert release(store, 0, 7, policy, NOW + 60_000) == 0
     assert _keys(store, b"A") == [b"A\x00\x00bob\x00c"]
     assert release(store, 0, 7, policy, NOW + 60_000) == 0
+    assert _keys(store, b"A") == [] and _keys(store, b"E") == []
+    store.close()
+
+
+def test_an_ack_batch_writes_one_expiry_and_old_per_id_expiries_still_expire(
+        tmp_path: Path) -> None:
+    store = Store(tmp_path / "s", "n1")
+    apply(store, [send("a"), send("b"), acks(["a", "b"])])
+    policy = ReleasePolicy(ack_window_ms=60_000)
+    assert release(store, 0, 3, policy, NOW) == 3  # the Sends and the batch itself
+    assert len(_keys(store, b"E")) == 1        # one for the batch, not one per id
+    # an expiry a store from before wrote: one per id, ``<4-byte index>`` after the offset
+    due = struct.pack(">Q", NOW - 10_000 + 60_000)
+    with store.db.write_batch() as wb:
+        wb.put(b"A\x00\x00bob\x00old", struct.pack(">Q", 2))
+        wb.put(b"E\x00\x00" + due + struct.pack(">QI", 2, 7), b"bob\x00old")
+    assert release(store, 0, 3, policy, NOW + 60_000) == 0
+    assert release(store, 0, 3, policy, NOW + 60_000) == 0
     assert _keys(store, b"A") == [] and _keys(store, b"E") == []
     store.close()
 
