@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 from test_replica_support import replicas_and_job
 
-from peer_client import MessageContext, message
+from peer_client import BatchContext, BatchFailed, MessageContext, message
 from peer_client.context import Phase
 from peer_client.peer import Peer
 from peer_client.replay import ReplicaReplayer
@@ -92,6 +92,42 @@ def test_down_peer_replays_every_message_once_in_order(
         assert st["phase"] == "normal" and st["replayed"] == N, st
         assert st["replay"]["barrier"] >= N and st["replay"]["stage"] == "normal"
     assert seen.count() == N and job.alive, job.log_tail()
+
+
+def test_a_batch_handler_gets_the_backlog_in_lists_each_message_once(
+        stack: tuple[LocalStack, JobProcess]) -> None:
+    """B is down while A sends; B comes back with a batch handler that fails one message
+    (``BatchFailed``): every other message reaches it once, in order, in lists of many; the
+    failed one is delivered again to the next incarnation, and nothing else is."""
+    s, job = stack
+    settings = s.settings()
+    with Peer("A3", None, settings) as a:
+        for i in range(N):
+            a.post("BB", Tick(i))
+        assert a.flush(60)
+    calls: list[list[int]] = []
+
+    def on_ticks(ticks: list[Tick], ctx: BatchContext) -> None:
+        calls.append([t.n for t in ticks])
+        assert ctx.replay and len(ctx) == len(ticks)
+        if 7 in calls[-1]:
+            raise BatchFailed({calls[-1].index(7): "seven is refused"})
+
+    def handled() -> list[int]:
+        return [n for call in list(calls) for n in call]
+
+    for incarnation in range(2):
+        b = Peer("BB", None, settings, replayer=ReplicaReplayer(settings))
+        b.batch_handler(Tick)(on_ticks)
+        with b:
+            want = N if incarnation == 0 else N + 1
+            wait_for(lambda w=want: len(handled()) >= w, 120, 0.05, "BB handling its backlog")
+            st = b.status()
+            assert st["replayed"] == want - (N if incarnation else 0), st
+    ns = handled()
+    assert ns[:N] == list(range(N)) and ns[N:] == [7], "lost, twice or out of order"
+    assert max(len(c) for c in calls) > 1 and calls[-1] == [7]
+    assert job.alive, job.log_tail()
 
 
 def test_sender_keeps_sending_through_a_restart(stack: tuple[LocalStack, JobProcess]) -> None:
