@@ -13,6 +13,7 @@ other and share it, in order, with a :class:`~peer_client.context.BatchContext`;
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from peer_client.context import BatchContext, MessageContext
@@ -25,49 +26,44 @@ __all__ = ["Job", "RunJob", "call_batch"]
 _Failures = dict[int, BaseException]
 
 
-def _failures(exc: Exception, n: int) -> _Failures:
+def _failures(exc: BaseException, n: int) -> _Failures:
     """Which of ``n`` messages a batch handler's exception fails."""
     if isinstance(exc, BatchFailed):
         return {i: e for i, e in exc.failures.items() if 0 <= i < n}
     return dict.fromkeys(range(n), exc)
 
 
-def call_batch(handler: Handler, messages: list[Any], envs: list[Envelope], peer_id: str
-               ) -> _Failures:
-    """Call a plain batch handler; the failed messages by index (empty: all handled)."""
+def _invoke(handler: Handler, arg: Any, ctx: Callable[[], object]) -> BaseException | None:
+    """Call a plain handler with ``arg`` (a message, or a list for a batch handler) and, if
+    it takes one, the context ``ctx()``; its exception, or None."""
     try:
         if handler.takes_context:
-            handler.fn(messages, BatchContext(envs, peer_id))
+            handler.fn(arg, ctx())
         else:
-            handler.fn(messages)
-    except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
-        return _failures(exc, len(envs))
-    return {}
-
-
-def _call_one(handler: Handler, message: Any, env: Envelope, peer_id: str
-              ) -> BaseException | None:
-    """Call a plain single-message handler; its exception, or None."""
-    try:
-        if handler.takes_context:
-            handler.fn(message, MessageContext(env, peer_id))
-        else:
-            handler.fn(message)
+            handler.fn(arg)
     except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
         return exc
     return None
 
 
-async def _call_batch_async(handler: Handler, messages: list[Any], envs: list[Envelope],
-                            peer_id: str) -> _Failures:
+async def _invoke_async(handler: Handler, arg: Any, ctx: Callable[[], object]
+                        ) -> BaseException | None:
+    """:func:`_invoke` for an ``async def`` handler."""
     try:
         if handler.takes_context:
-            await handler.fn(messages, BatchContext(envs, peer_id))
+            await handler.fn(arg, ctx())
         else:
-            await handler.fn(messages)
+            await handler.fn(arg)
     except Exception as exc:  # noqa: BLE001
-        return _failures(exc, len(envs))
-    return {}
+        return exc
+    return None
+
+
+def call_batch(handler: Handler, messages: list[Any], envs: list[Envelope], peer_id: str
+               ) -> _Failures:
+    """Call a plain batch handler; the failed messages by index (empty: all handled)."""
+    error = _invoke(handler, messages, lambda: BatchContext(envs, peer_id))
+    return {} if error is None else _failures(error, len(envs))
 
 
 class Job:
@@ -95,32 +91,17 @@ class Job:
             failed = call_batch(h, [self.message], [self.env], self.ctx.peer_id)
             self._finish(self, failed.get(0))
             return
-        try:
-            if h.takes_context:
-                h.fn(self.message, self.ctx)
-            else:
-                h.fn(self.message)
-        except Exception as exc:  # noqa: BLE001 - a handler failure is recorded, not fatal
-            self._finish(self, exc)
-            return
-        self._finish(self, None)
+        self._finish(self, _invoke(h, self.message, lambda: self.ctx))
 
     async def run_async(self) -> None:
         """Run an ``async def`` handler and finish."""
         h = self.handler
         if h.batch:
-            failed = await _call_batch_async(h, [self.message], [self.env], self.ctx.peer_id)
-            self._finish(self, failed.get(0))
+            env, peer_id = self.env, self.ctx.peer_id
+            error = await _invoke_async(h, [self.message], lambda: BatchContext([env], peer_id))
+            self._finish(self, None if error is None else _failures(error, 1).get(0))
             return
-        try:
-            if h.takes_context:
-                await h.fn(self.message, self.ctx)
-            else:
-                await h.fn(self.message)
-        except Exception as exc:  # noqa: BLE001
-            self._finish(self, exc)
-            return
-        self._finish(self, None)
+        self._finish(self, await _invoke_async(h, self.message, lambda: self.ctx))
 
 
 class RunJob:
@@ -180,7 +161,7 @@ class RunJob:
             else:
                 errors = {}
                 for k, (env, _, message) in enumerate(items[i:j]):
-                    error = _call_one(h, message, env, peer_id)
+                    error = _invoke(h, message, partial(MessageContext, env, peer_id))
                     if error is not None:
                         errors[k] = error
             if not errors and after_each is None:

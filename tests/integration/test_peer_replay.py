@@ -73,14 +73,18 @@ def _peer(stack: LocalStack, peer_id: str, seen: Seen) -> Peer:
     return peer
 
 
+def _backlog(stack: LocalStack, sender: str, to: str) -> None:
+    """``sender`` posts Ticks 0 to N - 1 to ``to`` (down) and waits until they are logged."""
+    with Peer(sender, None, stack.settings()) as a:
+        for i in range(N):
+            a.post(to, Tick(i))
+        assert a.flush(60)
+
+
 def test_down_peer_replays_every_message_once_in_order(
         stack: tuple[LocalStack, JobProcess]) -> None:
     s, job = stack
-    settings = s.settings()
-    with Peer("A", None, settings) as a:
-        for i in range(N):
-            a.post("B", Tick(i))
-        assert a.flush(60)
+    _backlog(s, "A", "B")
     seen = Seen()
     b = _peer(s, "B", seen)
     with b:
@@ -101,10 +105,7 @@ def test_a_batch_handler_gets_the_backlog_in_lists_each_message_once(
     failed one is delivered again to the next incarnation, and nothing else is."""
     s, job = stack
     settings = s.settings()
-    with Peer("A3", None, settings) as a:
-        for i in range(N):
-            a.post("BB", Tick(i))
-        assert a.flush(60)
+    _backlog(s, "A3", "BB")
     calls: list[list[int]] = []
 
     def on_ticks(ticks: list[Tick], ctx: BatchContext) -> None:
