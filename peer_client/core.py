@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from log.codec import MARKER
@@ -173,35 +174,26 @@ class PeerCore(Sending, Acking):
                                  f"peer {self.peer_id} is {self.phase.value}")
 
     # ---- handlers ------------------------------------------------------------------------
-    def handler(self, fn_or_cls: Any = None) -> Any:
-        """Decorator: ``@peer.handler`` (typed by annotation) or ``@peer.handler(Type)``."""
+    def handler(self, fn_or_cls: Any = None, *, batch: bool = False) -> Any:
+        """Decorator: ``@peer.handler`` (typed by annotation) or ``@peer.handler(Type)``;
+        ``batch``: a batch handler (see :meth:`batch_handler`)."""
         if isinstance(fn_or_cls, type):
             cls = fn_or_cls
 
             def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-                self._add_handler(fn, cls)
+                self._add_handler(fn, cls, batch)
                 return fn
             return wrap
         if fn_or_cls is None:
-            return self.handler
-        self._add_handler(fn_or_cls, None)
+            return partial(self.handler, batch=batch)
+        self._add_handler(fn_or_cls, None, batch)
         return fn_or_cls
 
     def batch_handler(self, fn_or_cls: Any = None) -> Any:
         """Decorator: ``@peer.batch_handler`` (first parameter annotated ``list[T]``) or
         ``@peer.batch_handler(T)``; the handler takes a list of messages (and optionally a
         :class:`~peer_client.context.BatchContext`)."""
-        if isinstance(fn_or_cls, type):
-            cls = fn_or_cls
-
-            def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-                self._add_handler(fn, cls, batch=True)
-                return fn
-            return wrap
-        if fn_or_cls is None:
-            return self.batch_handler
-        self._add_handler(fn_or_cls, None, batch=True)
-        return fn_or_cls
+        return self.handler(fn_or_cls, batch=True)
 
     def _add_handler(self, fn: Callable[..., Any], cls: type | None,
                      batch: bool = False) -> Handler:
