@@ -155,12 +155,13 @@ class RunJob:
             j = i + 1
             while j < n and items[j][1] is h:
                 j += 1
-            envs = [item[0] for item in items[i:j]]
+            stretch = items[i:j]
+            envs = [item[0] for item in stretch]
             if h.batch:
-                errors = call_batch(h, [item[2] for item in items[i:j]], envs, peer_id)
+                errors = call_batch(h, [item[2] for item in stretch], envs, peer_id)
             else:
                 errors = {}
-                for k, (env, _, message) in enumerate(items[i:j]):
+                for k, (env, _, message) in enumerate(stretch):
                     error = _invoke(h, message, partial(MessageContext, env, peer_id))
                     if error is not None:
                         errors[k] = error

@@ -209,20 +209,18 @@ class _Counter:
 
     def handle(self, msg: BenchItem, ctx: MessageContext) -> None:
         """The per-message handler (``Peer.handler``)."""
-        now = time.perf_counter()
-        with self.lock:
-            if not self.n:
-                self.first = now
-            self.n += 1
-            self.last = now
+        self._seen(1)
 
     def handle_batch(self, msgs: list[BenchItem], ctx: BatchContext) -> None:
         """The batch handler (``Peer.batch_handler``)."""
+        self._seen(len(msgs))
+
+    def _seen(self, n: int) -> None:
         now = time.perf_counter()
         with self.lock:
             if not self.n:
                 self.first = now
-            self.n += len(msgs)
+            self.n += n
             self.last = now
 
 
