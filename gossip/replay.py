@@ -1,17 +1,20 @@
 """The ``Replay`` stream of the replica service: its wire format and the peer's side of it.
 
 ``Replay`` is bidirectional. The peer's first message is JSON ``{peer, environment, batch,
-window, lease_ms?, barrier_timeout_ms?, after_offset?}``; after it, ``{"ack": n}`` (n more
-entries processed), ``{"acked_offset": o}`` (every entry up to txlog offset o processed)
-or ``{"renew": true}``; every message renews the replay's pin. The replica answers with
-tagged messages: ``H`` + JSON header (pin, barrier, partition, node: sent once pinned,
-before the queues are awaited), ``E`` + ``>III`` (batch number, unacked when the batch
-started, unacked after this message) + records ``>QI`` (txlog offset, length) + the entry
-as stored (its replay row, :mod:`gossip.replay_rows`, or QueueEntry bytes), and a last
-``C`` + JSON (``replay complete up to barrier B``), after which the replica keeps the call
-open until the peer closes its side. Errors end the stream with a gRPC status whose
-trailing metadata ``tidemark-error`` names the :mod:`gossip.exceptions` class.
-:class:`ReplayStream` is the peer's handle on one replay.
+window, lease_ms?, barrier_timeout_ms?, after_offset?, barrier?}`` (``barrier``: a retry
+keeps the barrier of the replay it resumes, so it does not wait for the queues again);
+after it, ``{"ack": n}`` (n more entries processed), ``{"acked_offset": o}`` (every entry
+up to txlog offset o processed) or ``{"renew": true}``; every message renews the replay's
+pin. The replica answers with tagged messages: ``H`` + JSON header (pin, barrier,
+partition, node: sent once pinned, before the queues are awaited), ``W`` + JSON
+(``queue_progress``, ``barrier``, ``waited_ms``: about every second while the queues have
+not reached the barrier), ``E`` + ``>III`` (batch number, unacked when the batch started,
+unacked after this message) + records ``>QI`` (txlog offset, length) + the entry as stored
+(its replay row, :mod:`gossip.replay_rows`, or QueueEntry bytes), and a last ``C`` + JSON
+(``replay complete up to barrier B``), after which the replica keeps the call open until
+the peer closes its side. Errors end the stream with a gRPC status whose trailing metadata
+``tidemark-error`` names the :mod:`gossip.exceptions` class. :class:`ReplayStream` is the
+peer's handle on one replay.
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ from gossip.exceptions import (
     ReplayInterruptedError,
 )
 
-__all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE",
+__all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE", "WAITING",
            "encode_entries", "decode_entries", "DEFAULT_BATCH", "DEFAULT_WINDOW",
            "request_peer"]
 
 log = logging.getLogger(__name__)
 
-HEADER, ENTRIES, COMPLETE = b"H", b"E", b"C"
+HEADER, ENTRIES, COMPLETE, WAITING = b"H", b"E", b"C", b"W"
 #: Trailing-metadata key naming the error class of a failed replay.
 ERROR_KEY = "tidemark-error"
 #: 5000 entries per batch, the next batch once at most 5000 are unacked (the replica reads
@@ -133,6 +136,9 @@ class ReplayStream:
         self.max_unacked = self.max_unacked_at_batch_start = 0
         self.batches = 0
         self.complete: dict[str, Any] | None = None
+        #: the replica's last ``W`` message while it waited for the queues (None: none yet)
+        self.waiting: dict[str, Any] | None = None
+        self.streaming_entries = False  # the first entries (or completion) arrived
         self.pin_lost = False
         self._responses = open_call(self._requests())
         try:
@@ -302,13 +308,17 @@ class ReplayStream:
                     raise msg
                 tag = msg[:1]
                 if tag == ENTRIES:
+                    self.streaming_entries = True
                     (batch_no, at_start, unacked), rows = decode_entries(msg)
                     self.batches = max(self.batches, batch_no)
                     self.max_unacked = max(self.max_unacked, unacked)
                     self.max_unacked_at_batch_start = max(self.max_unacked_at_batch_start,
                                                           at_start)
                     yield rows
+                elif tag == WAITING:
+                    self.waiting = json.loads(msg[1:])
                 elif tag == COMPLETE:
+                    self.streaming_entries = True
                     self.complete = json.loads(msg[1:])
                     break  # the replica keeps the stream open until we close our side
             if self.complete is None and not self._closed.is_set():

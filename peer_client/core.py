@@ -79,7 +79,8 @@ class PeerCore(Sending, Acking):
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
                            self._record_failure, self._ack, self.stats,
                            options.inbox_limit if options.inbox_limit else None,
-                           getattr(executor, "submit_many", None), self._ack_many)
+                           getattr(executor, "submit_many", None), self._ack_many,
+                           options.hold_limit, options.hold_bytes)
         self.outbox = Outbox(peer_id, self.incarnation, environment, log_port, direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
                              max_message_bytes, self.stats, self._endpoint_of)
@@ -303,6 +304,13 @@ class PeerCore(Sending, Acking):
             if messages:
                 out.update(error=f"peer {self.peer_id} is {self.phase.value}",
                            error_kind="stopping")
+            return out
+        if messages and not self.inbox.hold_room(
+                len(messages), sum(len(m["payload"]) for m in messages)):
+            held = self.inbox.held
+            out.update(error=f"peer {self.peer_id} is replaying and holds {len(held)} live"
+                             f" message(s) ({held.bytes} bytes) back, its limit: send through"
+                             f" the log", error_kind="held_full")
             return out
         accept = self.inbox.accept
         for m in messages:

@@ -24,7 +24,8 @@ from peer_client.context import Phase
 from peer_client.dedup import DedupWindow
 from peer_client.exceptions import PayloadError
 from peer_client.handlers import Handler, HandlerRegistry
-from peer_client.jobs import Job, RunJob
+from peer_client.held import HeldBack
+from peer_client.jobs import ABANDONED, Job, RunJob
 from peer_client.messages import lookup
 from peer_client.records import Envelope
 from peer_client.slots import Slots
@@ -111,11 +112,16 @@ class Inbox:
                  on_success: Callable[[Envelope], None], stats: dict[str, int],
                  limit: int | None = None,
                  submit_many: Callable[[str, Sequence[Job]], None] | None = None,
-                 on_success_many: Callable[[list[Envelope]], None] | None = None) -> None:
+                 on_success_many: Callable[[list[Envelope]], None] | None = None,
+                 hold_limit: int = 10_000, hold_bytes: int = 64 << 20) -> None:
         self.peer_id, self.environment = peer_id, environment
         self.handlers, self.dedup = handlers, dedup
         self.phase = Phase.CREATED
-        self.held: list[Envelope] = []
+        #: live messages held back during replay (see :mod:`peer_client.held`)
+        self.held = HeldBack(hold_limit, hold_bytes)
+        #: set once the peer gives up on what is queued (a failed start): jobs not started
+        #: yet are abandoned (neither handled nor acked: the next incarnation gets them)
+        self.abandoning = False
         self.stats = stats
         self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
         self._submit_many = submit_many  # None: accept_many accepts one by one
@@ -132,6 +138,8 @@ class Inbox:
     def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
         """Decide under the lock and count; None when the message is held or dropped for
         good, else a FAIL, a RUN or a DROP ``completed`` (to be acked) to act on."""
+        if env.replay and self.held:
+            self.held.seen(env.message_id)
         return self._count(env, decide(env, phase, self.environment, self.dedup, self.handlers,
                                        self.completed))
 
@@ -141,8 +149,11 @@ class Inbox:
             self._admitting += 1
             return d
         if d.action == HOLD:
-            self.held.append(env)
-            self.stats["held_back"] += 1
+            if self.held.add(env):
+                self.stats["held_back"] += 1
+            else:
+                self.stats["duplicates"] += 1
+                self._duplicates += 1
             return None
         if d.action == DROP:
             if d.kind == "stopping":
@@ -175,10 +186,13 @@ class Inbox:
         stopped = phase in STOPPED_PHASES
         live_held = phase is Phase.REPLAY  # live messages are held back during replay
         check, handler_of = dedup.check_and_add, handlers.get
+        held = self.held
         todo: list[_Todo] = []
         append = todo.append
         runs = dups = 0
         for env in envs:
+            if held and env.replay:
+                held.seen(env.message_id)  # its held copy is superseded by this logged one
             if (completed is None and not stopped and env.environment == environment
                     and (env.replay or not live_held)):
                 h = handler_of(env.message_type)
@@ -231,7 +245,8 @@ class Inbox:
             if self._slots is not None:
                 self._slots.take()
             assert d.handler is not None
-            self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish))
+            self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish,
+                                         self._is_abandoning))
         finally:
             self._admitted_done(1)
 
@@ -300,11 +315,11 @@ class Inbox:
         after_each = self._record_persistent if completed is not None else None
         for sender, items in runs.items():
             if any(h.is_async for _, h, _ in items):
-                self._submit_many(sender, [Job(env, h, m, self.peer_id, self._finish)
-                                           for env, h, m in items])
+                self._submit_many(sender, [Job(env, h, m, self.peer_id, self._finish,
+                                               self._is_abandoning) for env, h, m in items])
             else:
                 self._submit(sender, RunJob(items, self.peer_id, after_each,
-                                            self._finish_run))
+                                            self._finish_run, self._is_abandoning))
         runs.clear()
 
     def stop_admitting(self, phase: Phase, timeout: float) -> bool:
@@ -321,10 +336,21 @@ class Inbox:
                 self._admitted.wait(left)
         return True
 
+    def _is_abandoning(self) -> bool:
+        return self.abandoning
+
+    def abandon(self) -> None:
+        """Give up on queued work: a job or the rest of a run that has not started is
+        dropped unhandled and unacked (the next incarnation gets it again)."""
+        self.abandoning = True
+
     def _finish(self, job: Job, error: BaseException | None) -> None:
         if self._slots is not None:
             self._slots.give()
         env = job.env
+        if error is ABANDONED:
+            self.stats["abandoned"] += 1
+            return
         if error is None:
             self.stats["handled"] += 1
             self._record_persistent(env)
@@ -333,10 +359,13 @@ class Inbox:
         self._failed(env, error)
 
     def _finish_run(self, ok: list[Envelope],
-                    failed: list[tuple[Envelope, BaseException]]) -> None:
-        """A :class:`RunJob` finished: ``ok`` are acked together, ``failed`` reported."""
+                    failed: list[tuple[Envelope, BaseException]], abandoned: int = 0) -> None:
+        """A :class:`RunJob` finished: ``ok`` are acked together, ``failed`` reported,
+        ``abandoned`` (not run: the peer gave up on queued work) forgotten."""
         if self._slots is not None:
-            self._slots.give(len(ok) + len(failed))
+            self._slots.give(len(ok) + len(failed) + abandoned)
+        if abandoned:
+            self.stats["abandoned"] += abandoned
         if ok:
             self.stats["handled"] += len(ok)
             if self._on_success_many is not None:
@@ -381,17 +410,31 @@ class Inbox:
                 if not self.held:
                     self.phase = phase
                     return
-                held, self.held = self.held, []
+                held = self.held.take()
             for env in held:
                 self.accept(env, phase)
 
-    def held_unseen(self, seen: DedupWindow) -> list[Envelope]:
-        """Held-back persistent messages whose ids are not in ``seen`` (a snapshot)."""
+    def hold_room(self, n: int, nbytes: int) -> bool:
+        """Whether a direct batch of ``n`` messages (``nbytes`` of payload) may be held back
+        now; counts them as refused if not. True outside replay (nothing is held then)."""
         with self._lock:
-            return [e for e in self.held if e.persistent and e.message_id not in seen]
+            if self.phase is not Phase.REPLAY or self.held.room(n, nbytes):
+                return True
+            self.held.refuse(n)
+            self.stats["refused_held_full"] += n
+            return False
+
+    def held_unseen(self) -> list[Envelope]:
+        """Held-back persistent messages whose logged copy has not gone by (a snapshot)."""
+        with self._lock:
+            return self.held.persistent()
+
+    def held_status(self) -> dict[str, Any]:
+        """The held-back list's counts (``Peer.status()["held"]``)."""
+        with self._lock:
+            return self.held.status()
 
     def release_held(self) -> list[Envelope]:
         """Messages held back during replay, in arrival order (the caller re-accepts them)."""
         with self._lock:
-            held, self.held = self.held, []
-        return held
+            return self.held.take()

@@ -21,9 +21,21 @@ from peer_client.exceptions import BatchFailed
 from peer_client.handlers import Handler
 from peer_client.records import Envelope
 
-__all__ = ["Job", "RunJob", "call_batch"]
+__all__ = ["Job", "RunJob", "call_batch", "ABANDONED"]
 
 _Failures = dict[int, BaseException]
+
+
+class _Abandoned(Exception):
+    """The finish of a job that was not run: the peer gave up on queued work."""
+
+
+#: passed to a :class:`Job`'s ``finish`` instead of an error when it was abandoned
+ABANDONED = _Abandoned("abandoned: the peer stopped before this job started")
+
+
+def _never() -> bool:
+    return False
 
 
 def _failures(exc: BaseException, n: int) -> _Failures:
@@ -69,15 +81,17 @@ def call_batch(handler: Handler, messages: list[Any], envs: list[Envelope], peer
 class Job:
     """One handler invocation; ``finish`` acks or records the failure."""
 
-    __slots__ = ("env", "handler", "message", "ctx", "_finish")
+    __slots__ = ("env", "handler", "message", "ctx", "_finish", "_cancelled")
 
     def __init__(self, env: Envelope, handler: Handler, message: Any, peer_id: str,
-                 finish: Callable[["Job", BaseException | None], None]) -> None:
+                 finish: Callable[["Job", BaseException | None], None],
+                 cancelled: Callable[[], bool] = _never) -> None:
         self.env = env
         self.handler = handler
         self.message = message
         self.ctx = MessageContext(env, peer_id)
         self._finish = finish
+        self._cancelled = cancelled  # True: finish with ABANDONED instead of running
 
     @property
     def is_async(self) -> bool:
@@ -86,6 +100,9 @@ class Job:
 
     def run(self) -> None:
         """Run a plain handler and finish."""
+        if self._cancelled():
+            self._finish(self, ABANDONED)
+            return
         h = self.handler
         if h.batch:
             failed = call_batch(h, [self.message], [self.env], self.ctx.peer_id)
@@ -95,6 +112,9 @@ class Job:
 
     async def run_async(self) -> None:
         """Run an ``async def`` handler and finish."""
+        if self._cancelled():
+            self._finish(self, ABANDONED)
+            return
         h = self.handler
         if h.batch:
             env, peer_id = self.env, self.ctx.peer_id
@@ -111,25 +131,32 @@ class RunJob:
     handler returned, as for a single :class:`Job`, so a crash mid-run cannot let a handled
     message be handled again; ``done(ok, failed)`` then acks and reports."""
 
-    __slots__ = ("items", "peer_id", "_after_each", "_done")
+    __slots__ = ("items", "peer_id", "_after_each", "_done", "_cancelled")
     is_async = False
 
     def __init__(self, items: list[tuple[Envelope, Handler, Any]], peer_id: str,
                  after_each: Callable[[Envelope], None] | None,
-                 done: Callable[[list[Envelope], list[tuple[Envelope, BaseException]]], None]
-                 ) -> None:
+                 done: Callable[[list[Envelope], list[tuple[Envelope, BaseException]], int],
+                                None],
+                 cancelled: Callable[[], bool] = _never) -> None:
         self.items, self.peer_id = items, peer_id
         self._after_each, self._done = after_each, done
+        #: checked before each handler call: True abandons the rest of the run (the count of
+        #: messages not run goes to ``done``)
+        self._cancelled = cancelled
 
     def run(self) -> None:
         """Run each handler in order, then finish the run."""
         if any(h.batch for _, h, _ in self.items):
             self._run_batches()
             return
-        peer_id, after_each = self.peer_id, self._after_each
+        peer_id, after_each, cancelled = self.peer_id, self._after_each, self._cancelled
         ok: list[Envelope] = []
         failed: list[tuple[Envelope, BaseException]] = []
-        for env, h, message in self.items:
+        for n, (env, h, message) in enumerate(self.items):
+            if cancelled():
+                self._done(ok, failed, len(self.items) - n)
+                return
             try:
                 if h.takes_context:
                     h.fn(message, MessageContext(env, peer_id))
@@ -141,7 +168,7 @@ class RunJob:
             if after_each is not None:
                 after_each(env)
             ok.append(env)
-        self._done(ok, failed)
+        self._done(ok, failed, 0)
 
     def _run_batches(self) -> None:
         """:meth:`run` for a run with batch handlers: each stretch of messages that share
@@ -151,6 +178,9 @@ class RunJob:
         failed: list[tuple[Envelope, BaseException]] = []
         i, n = 0, len(items)
         while i < n:
+            if self._cancelled():
+                self._done(ok, failed, n - i)
+                return
             h = items[i][1]
             j = i + 1
             while j < n and items[j][1] is h:
@@ -177,4 +207,4 @@ class RunJob:
                         after_each(env)
                     ok.append(env)
             i = j
-        self._done(ok, failed)
+        self._done(ok, failed, 0)

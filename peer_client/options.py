@@ -23,6 +23,10 @@ class PeerOptions:
     persistent: bool = True             #: others log persistent messages for us while down
     workers: int = 8                    #: threads running plain (non-async) handlers
     inbox_limit: int = 10_000           #: accepted but unfinished messages before backpressure
+    #: live messages held back while the peer replays, at most (beyond: refused with a
+    #: receipt; the sender logs them and they arrive through txlog)
+    hold_limit: int = 10_000
+    hold_bytes: int = 64 << 20          #: ... and their payload bytes, at most
     flight_size: int = 10_000           #: sends unconfirmed at their durability level
     flight_mode: str = BLOCK            #: "block" or "raise" when the flight size is reached
     ack_batch: int = 500                #: acks appended together once this many are pending
@@ -50,6 +54,7 @@ class PeerOptions:
             raise ValueError(f"flight_mode must be {BLOCK!r} or {RAISE!r}")
         for name in ("workers", "inbox_limit", "flight_size", "ack_batch", "heartbeat_ms",
                      "dead_after_ms", "direct_timeout_ms", "direct_batch", "dedup_window",
+                     "hold_limit", "hold_bytes",
                      "dedup_max_entries", "durability_timeout_ms", "tick_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")

@@ -129,6 +129,7 @@ class Peer:
         out: dict[str, Any] = {"peer_id": self.peer_id, "environment": self.environment,
                                "incarnation": self.incarnation, "phase": self.phase.value,
                                "endpoint": self.endpoint, "stats": self.stats}
+        out["held"] = self.core.inbox.held_status()
         replay = getattr(self.replayer, "status", None)
         if replay is not None:
             out["replay"] = doc = replay()
@@ -186,9 +187,8 @@ class Peer:
                 core.end_replay(handover=self.replayer.run(core))
             else:
                 core.set_phase(Phase.NORMAL)
-        except BaseException:
-            core.set_phase(Phase.STOPPED)
-            self._close()
+        except BaseException as exc:
+            self._abort_start(exc)
             raise
         log.info("peer %s up in %s at %s (incarnation %s)", self.peer_id, self.environment,
                  self.endpoint, self.incarnation)
@@ -201,24 +201,51 @@ class Peer:
         if core.phase not in RUNNING:
             self._close()
             return
+        self._shut_down(t, abandon=False)
+        log.info("peer %s stopped", self.peer_id)
+
+    def _abort_start(self, exc: BaseException) -> None:
+        """A failed start: the same ordered shut-down as :meth:`stop`, but the handler jobs
+        not started yet are abandoned (the next incarnation gets them). When this returns no
+        handler runs any more, and the dedup store is closed only after the last one."""
+        log.error("peer %s: start failed (%s: %s); stopping", self.peer_id,
+                  type(exc).__name__, exc)
+        if self.core.phase in (Phase.CREATED, Phase.STARTING):
+            self.core.set_phase(Phase.STOPPED)
+            self._close()
+            return
+        self._shut_down(self.options.stop_timeout_s, abandon=True)
+
+    def _shut_down(self, t: float, abandon: bool) -> None:
+        """Stop intake (direct, replay and follower alike), stop the replayer's follower,
+        let the handlers finish (``abandon``: only those already running), flush acks,
+        register down, and only then close the dedup store and the rest."""
+        core = self.core
         # nothing new is handled from here on (direct, replay or txlog follower alike), and
         # whatever was admitted before is submitted before the drain below
         if not core.inbox.stop_admitting(Phase.STOPPING, t):
             log.warning("peer %s: messages still being admitted at stop", self.peer_id)
+        if abandon:
+            core.inbox.abandon()
         try:
-            if not core.flight.wait_empty(t):
+            halt = getattr(self.replayer, "halt", None)
+            if halt is not None:
+                halt()
+            if not abandon and not core.flight.wait_empty(t):
                 log.warning("peer %s: %d send(s) still unconfirmed at stop", self.peer_id,
                             core.flight.in_flight)
             if not self.executor.drain(t):
                 log.warning("peer %s: %d handler(s) still running at stop", self.peer_id,
                             self.executor.active)
+                core.inbox.abandon()  # what has not started yet never will
             core.flush_acks()
             core.publish_descriptor(False)
             self.kafka.flush(t)
+        except Exception as exc:  # noqa: BLE001 - the store must still close, in order
+            log.warning("peer %s: stopping: %s", self.peer_id, exc)
         finally:
             core.set_phase(Phase.STOPPED)
             self._close()
-        log.info("peer %s stopped", self.peer_id)
 
     def _close(self) -> None:
         self._stop.set()

@@ -11,10 +11,13 @@ after it registered its new incarnation (live messages are held back meanwhile):
    received); entries seen twice are dropped by dedup.
 2. **Handover.** A :class:`TxlogFollower` reads the peer's own txlog partition from the
    barrier of the replay that completed. During the handover it dispatches every Send to
-   this peer in txlog order (held-back live messages are dropped as duplicates when their
-   logged copy goes by, so per-sender order holds across the switch), up to the high
-   watermark read after the replay; it repeats while held-back persistent messages have
-   not been seen in the log yet (at most ``handover_rounds`` times).
+   this peer in txlog order (a held-back live message is dropped when its logged copy goes
+   by, so per-sender order holds across the switch and nothing is handled twice), up to the
+   high watermark read after the replay; it repeats while held-back persistent messages have
+   not been seen in the log yet (at most ``handover_rounds`` times). The handover ends on
+   that proof however long it takes (its progress is in ``status()``); an optional
+   ``handover_timeout_s`` ends it early without failing: the held messages are released
+   and the follower goes on delivering what was not delivered directly.
 3. **Normal.** The follower stays: for as long as the peer runs it dispatches every Send
    to this peer that is not marked as delivered directly to this incarnation
    (``Send.direct_incarnation``). That is the proof that ends the handover without a
@@ -73,6 +76,7 @@ class TxlogFollower:
         self._codec = peer_codec()
         self._on_forward = on_forward
         self.catching_up = True
+        self.target = start
         self.forwarded = 0
         self.skipped_direct = 0
         self.consumer = LogConsumer(settings, self._codec)
@@ -82,10 +86,13 @@ class TxlogFollower:
         self._lock = threading.Lock()
 
     def step(self, timeout: float = 0.2) -> int:
-        """Consume one batch; returns how many records were read."""
+        """Consume one batch and dispatch its Sends to this peer as one batch (decided under
+        one lock, run per sender); returns how many records were read."""
         with self._lock:
             msgs = self.consumer.consume_batch(2000, timeout)
             core, key, mark, decode = self.core, self._key, self._mark, self._codec.decode
+            catching_up, peer_id, partition = self.catching_up, core.peer_id, self.partition
+            envs: list[Envelope] = []
             for msg in msgs:
                 off = msg.offset()
                 if off is not None:
@@ -95,32 +102,33 @@ class TxlogFollower:
                 value = msg.value()
                 if not value:
                     continue
-                if not self.catching_up and value.endswith(mark):
+                if not catching_up and value.endswith(mark):
                     self.skipped_direct += 1
                     continue
                 try:
                     dec = decode(value)
                 except CodecError:
                     continue  # the replicas dead-letter it; nothing to deliver
-                if dec.name != "Send" or dec.record.get("recipient") != core.peer_id:
+                if dec.name != "Send" or dec.record.get("recipient") != peer_id:
                     continue
-                env = Envelope.from_send(dec.record, True, self.partition,
-                                         off if off is not None else -1)
-                fresh = env.message_id not in core.dedup
-                core.deliver_replayed(env)
+                envs.append(Envelope.from_send(dec.record, True, partition,
+                                               off if off is not None else -1))
+            if envs:
+                fresh = core.deliver_replayed_batch(envs)
                 if fresh:
-                    self.forwarded += 1
-                    self._on_forward(1)
+                    self.forwarded += fresh
+                    self._on_forward(fresh)
             return len(msgs)
 
-    def catch_up(self, target: int, timeout_s: float) -> None:
-        """Read until the position reaches txlog offset ``target``."""
-        deadline = time.monotonic() + timeout_s
+    def catch_up(self, target: int, deadline: float | None = None) -> bool:
+        """Read until the position reaches txlog offset ``target`` (True); False once
+        ``time.monotonic()`` passes ``deadline`` or the follower is stopped."""
+        self.target = target
         while self.position < target:
-            if time.monotonic() > deadline:
-                raise LogError(f"handover: txlog/{self.partition} read to {self.position}, not"
-                               f" {target}, within {timeout_s}s")
+            if self._stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return False
             self.step()
+        return True
 
     def start(self) -> None:
         """Keep following in a daemon thread until the peer stops."""
@@ -140,6 +148,12 @@ class TxlogFollower:
                 log.exception("peer %s txlog follower failed", self.core.peer_id)
                 self._stop.wait(1.0)
 
+    def halt(self) -> None:
+        """Stop following (dispatch nothing more); :meth:`close` closes the consumer."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
     def close(self) -> None:
         """Stop following and close the consumer."""
         self._stop.set()
@@ -150,12 +164,22 @@ class TxlogFollower:
 
 
 class ReplicaReplayer:
-    """Replay from the replica nodes, handover by following txlog (see the module doc)."""
+    """Replay from the replica nodes, handover by following txlog (see the module doc).
+
+    ``settings``: the cluster's (``load_settings()``: the same as the Peer's). ``batch`` and
+    ``window``: entries per message of the stream and how many may be unacked.
+    ``barrier_timeout_ms``: how long a replica waits for the queues job to cover the
+    replay's barrier before it gives up (the peer then tries another replica, up to
+    ``attempts`` times). ``handover_rounds``: how often the handover reads to the txlog end
+    while held-back messages are not in the log yet. ``handover_timeout_s``: None (the
+    default) lets the handover run until its proof; a number ends it after that long
+    without failing (held messages are released, the follower keeps delivering)."""
 
     def __init__(self, settings: Settings, *, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW,
                  lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
-                 attempts: int = 5, handover_rounds: int = 5, handover_timeout_s: float = 60.0,
+                 attempts: int = 5, handover_rounds: int = 5,
+                 handover_timeout_s: float | None = None,
                  epoch: Callable[[], Epoch | None] | None = None,
                  client: ReplicaClient | None = None, token: str | None = None) -> None:
         self.settings, self.token = settings, token  # token: see ReplicaClient.peer_token
@@ -166,6 +190,7 @@ class ReplicaReplayer:
         self._own_client = client is None
         self.client = client or ReplicaClient()
         self.follower: TxlogFollower | None = None
+        self._stream: Any = None    # the replay stream being read
         self.stage = "idle"
         self.replayed = 0           # replayed entries dispatched (not dropped as duplicates)
         self.replay_received = 0    # entries received from replicas, duplicates included
@@ -174,6 +199,8 @@ class ReplicaReplayer:
         self.barrier = -1
         self.partition = -1
         self.handover_target = -1
+        self.handover_rounds_run = 0
+        self.handover_degraded = False
         self.replay_ms = 0.0
         self.handover_ms = 0.0
         self.forwarded = 0
@@ -214,6 +241,7 @@ class ReplicaReplayer:
             self._handover(core)
         finally:
             stream.close(release=True)
+            self._stream = None
         self.handover_ms = (time.monotonic() - t1) * 1000
         self.follower.start()
         self.stage = "normal"
@@ -234,6 +262,10 @@ class ReplicaReplayer:
         if self.token:
             opts["token"] = self.token
         for attempt in range(self.attempts):
+            if self.barrier >= 0:
+                # a retry resumes the replay it continues: the same barrier (which the
+                # queues already cover, so no wait for them) and after what was received
+                opts["barrier"] = self.barrier
             try:
                 stream = self.client.replay_any(epoch, core.peer_id, core.environment,
                                                 exclude=exclude, after_offset=after, **opts)
@@ -247,6 +279,9 @@ class ReplicaReplayer:
                 epoch = self._epoch()
                 continue
             self.nodes.append(stream.node)
+            self._stream = stream
+            if self.barrier < 0:
+                self.barrier, self.partition = stream.barrier, stream.partition
             try:
                 self._deliver(core, stream)
             except ReplayInterruptedError as exc:
@@ -281,27 +316,58 @@ class ReplicaReplayer:
     def _handover(self, core: PeerCore) -> None:
         follower = self.follower
         assert follower is not None
-        deadline = time.monotonic() + self.handover_timeout_s
+        deadline = (None if self.handover_timeout_s is None
+                    else time.monotonic() + self.handover_timeout_s)
         for _ in range(self.handover_rounds):
             target = end_offsets(self.settings, "txlog", [self.partition])[self.partition]
             self.handover_target = target
-            follower.catch_up(target, max(1.0, deadline - time.monotonic()))
-            unseen = core.inbox.held_unseen(core.dedup)
+            self.handover_rounds_run += 1
+            if not follower.catch_up(target, deadline):
+                self.handover_degraded = True
+                log.warning("peer %s: handover read txlog/%d to %d, not %d, within"
+                            " handover_timeout_s=%s; going live now: held-back messages are"
+                            " released (their order against logged ones of the same sender"
+                            " is not kept) and the follower keeps delivering what was not"
+                            " delivered directly", core.peer_id, self.partition,
+                            follower.position, target, self.handover_timeout_s)
+                return
+            unseen = core.inbox.held_unseen()
             if not unseen:
                 return
         log.info("peer %s: %d held-back live message(s) not in txlog yet after %d rounds;"
                  " releasing them", core.peer_id, len(unseen), self.handover_rounds)
 
+    def halt(self) -> None:
+        """Stop dispatching (the peer is stopping); :meth:`close` releases the rest."""
+        if self.follower is not None:
+            self.follower.halt()
+
     def status(self) -> dict[str, Any]:
-        """Replay and handover figures."""
-        f = self.follower
-        return {"stage": self.stage, "replayed": self.replayed,
+        """Replay and handover figures: ``stage`` is ``waiting for queues`` (the replica
+        waits for the queues job to cover the barrier: ``queue_progress`` is how far it
+        is), ``replay``, ``handover`` (``follower_position`` towards ``handover_target``)
+        or ``normal``."""
+        f, stream = self.follower, self._stream
+        stage, barrier, partition = self.stage, self.barrier, self.partition
+        waiting: dict[str, Any] | None = None
+        if stream is not None:
+            waiting = stream.waiting
+            if barrier < 0:
+                barrier, partition = stream.barrier, stream.partition
+            if stage == "replay" and not stream.streaming_entries:
+                stage = "waiting for queues"
+        return {"stage": stage, "replayed": self.replayed,
                 "replay_received": self.replay_received,
                 "duplicates_dropped": self.replay_received - self.replayed,
                 "forwarded": self.forwarded, "damaged": self.damaged,
                 "retries": self.retries, "nodes": self.nodes,
-                "barrier": self.barrier, "partition": self.partition,
-                "handover_target": self.handover_target, "replay_ms": round(self.replay_ms, 1),
+                "barrier": barrier, "partition": partition,
+                "queue_progress": waiting["queue_progress"] if waiting else None,
+                "queue_wait_ms": waiting["waited_ms"] if waiting else None,
+                "handover_target": self.handover_target,
+                "handover_rounds": self.handover_rounds_run,
+                "handover_degraded": self.handover_degraded,
+                "replay_ms": round(self.replay_ms, 1),
                 "handover_ms": round(self.handover_ms, 1),
                 "follower_position": f.position if f is not None else -1,
                 "skipped_direct": f.skipped_direct if f is not None else 0}
@@ -312,4 +378,3 @@ class ReplicaReplayer:
             self.follower.close()
         if self._own_client:
             self.client.close()
-

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,14 @@ from gossip.exceptions import (
     ReplayRefusedError,
     ReplicaBusyError,
 )
-from gossip.replay import COMPLETE, DEFAULT_BATCH, DEFAULT_WINDOW, HEADER, encode_entries
+from gossip.replay import (
+    COMPLETE,
+    DEFAULT_BATCH,
+    DEFAULT_WINDOW,
+    HEADER,
+    WAITING,
+    encode_entries,
+)
 from gossip.replay_rows import RowError, queue_entry
 from log.codec import default_codec
 from log.exceptions import CodecError
@@ -164,7 +171,11 @@ class ReplayService:
             raise ReplayRefusedError(f"bad batch/window {batch}/{window}: batch must be in "
                                      f"1..{self.limits.max_batch}, window >= 0")
         timeout = int(req.get("barrier_timeout_ms") or self.limits.barrier_timeout_ms)
+        barrier = req.get("barrier")
+        if barrier is not None and (not isinstance(barrier, int) or barrier < 0):
+            raise ReplayRefusedError(f"bad barrier {barrier!r}: a txlog offset >= 0")
         return {"peer": peer, "partition": k, "batch": batch, "window": window,
+                "barrier": barrier,
                 "lease_ms": req.get("lease_ms"), "after": int(req.get("after_offset", -1)),
                 "rows": req.get("rows") is True,
                 "timeout_ms": max(0, min(timeout, self.limits.max_barrier_timeout_ms))}
@@ -183,6 +194,8 @@ class ReplayService:
         except Exception as exc:  # Kafka unreachable: no barrier, no replay
             raise ReplayError(f"{self.node_id} cannot take the replay barrier of {peer}: the "
                               f"txlog/{k} high watermark is unknown ({exc})") from None
+        if req["barrier"] is not None:  # a retry keeps the barrier of the replay it resumes
+            barrier = min(barrier, req["barrier"])
         lease = self.leases.grant({f"txlog/{k}": barrier}, self.gc_point(), req["lease_ms"],
                                   owner=peer)
         session = Session(peer, lease.pin, k, barrier, req["batch"], req["window"], req["rows"])
@@ -198,7 +211,8 @@ class ReplayService:
                 "peer": peer, "lease_ms": lease.lease_ms, "expires_ms": lease.expires_ms,
                 "batch": session.batch, "window": session.window}).encode()
             try:
-                if not self._await_barrier(session, req["timeout_ms"]):
+                covered = yield from self._await_barrier(session, req["timeout_ms"])
+                if not covered:
                     return  # the peer went away or the node is stopping: the lease decides
             except QueuesBehindError:
                 self.leases.release(lease.pin)  # nothing will be replayed under this pin
@@ -235,24 +249,36 @@ class ReplayService:
         except (CodecError, KeyError, TypeError):
             return None
 
-    def _await_barrier(self, session: Session, timeout_ms: int) -> bool:
-        """Block until this node's QueueProgress of the partition reaches the barrier (True);
+    def _await_barrier(self, session: Session, timeout_ms: int
+                       ) -> Generator[bytes, None, bool]:
+        """Wait until this node's QueueProgress of the partition reaches the barrier (True);
         False if the peer went away or the node is stopping; raises
-        :class:`QueuesBehindError` at the deadline."""
+        :class:`QueuesBehindError` at the deadline. While waiting, yields a ``W`` message
+        (the queues' progress and the barrier) at once and then about every second, so the
+        peer can show what it waits for."""
         k, barrier = session.partition, session.barrier
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
-        with self.progress:
-            while True:
+        told = 0.0
+        while True:
+            with self.progress:
                 got = self.queue_progress(k)
-                if (got[0] if got else 0) >= barrier:
+                at = got[0] if got else 0
+                if at >= barrier:
                     return True
                 if session.ended or self.stopping.is_set():
                     return False
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     break
-                self.progress.wait(min(left, 0.5))
+                if now - told < 1.0:
+                    session.state = "waiting for queues"
+                    self.progress.wait(min(left, 0.5))
+                    continue
+            told = now
+            yield WAITING + json.dumps({"queue_progress": at, "barrier": barrier,
+                                        "waited_ms": int((now - started) * 1000)}).encode()
         raise QueuesBehindError(self._behind(session, got, time.monotonic() - started))
 
     def _behind(self, session: Session, got: tuple[int, int] | None, waited_s: float) -> str:

@@ -110,7 +110,7 @@ def test_held_back_and_stopping_decisions_are_the_same_in_a_batch() -> None:
                 for i in range(5)]
         inbox.phase = Phase.REPLAY
         inbox.accept_many(live)
-        assert inbox.held == live and stats["held_back"] == 5 and not jobs
+        assert inbox.held.envelopes() == live and stats["held_back"] == 5 and not jobs
         inbox.phase = Phase.STOPPING
         inbox.accept_many([Envelope("x", "A", "unit.BatchItem", ENCODE(BatchItem(9)), 1,
                                     True, "test", replay=True)])

@@ -141,7 +141,7 @@ def test_run_job_calls_each_stretch_once(spec: list[tuple[str, str]], record: bo
     recorded: list[str] = []
     out: list[Any] = []
     RunJob(items, "B", recorded.append if record else None,
-           lambda ok, failed: out.extend([ok, failed])).run()
+           lambda ok, failed, abandoned: out.extend([ok, failed])).run()
     calls, ok, failed = _runmodel(spec)
     assert log == calls
     assert [e.message_id for e in out[0]] == [f"m{k}" for k in ok]

@@ -92,7 +92,7 @@ def test_release_keeps_live_arrivals_behind_the_held_messages() -> None:
     inbox.phase = Phase.REPLAY
     inbox.accept(_env(1))
     inbox.accept(_env(2))
-    assert [e.message_id for e in inbox.held] == ["m1", "m2"] and order == []
+    assert [e.message_id for e in inbox.held.envelopes()] == ["m1", "m2"] and order == []
     inbox.release(Phase.NORMAL)
     assert order == ["m1", "m2", "m3"] and inbox.phase is Phase.NORMAL and not inbox.held
     inbox.accept(_env(4))
