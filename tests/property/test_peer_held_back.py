@@ -1,0 +1,138 @@
+"""Held-back live messages during replay (``peer_client.held`` through the real ``Inbox``),
+against a model: whatever the interleaving of live arrivals (held back) and logged copies
+(replay and handover), and however small the dedup window, every message is handed to a
+handler exactly once in the incarnation; each sender's logged messages keep txlog order and
+a held message whose logged copy never came goes after them; the held list never holds
+more than its bounds, and what does not fit is refused, not lost (it comes through the
+log)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from peer_client import message
+from peer_client.context import Phase
+from peer_client.dedup import DedupWindow
+from peer_client.handlers import HandlerRegistry
+from peer_client.held import HeldBack
+from peer_client.inbox import Inbox, Job, RunJob
+from peer_client.messages import message_type_of
+from peer_client.records import Envelope
+
+
+@message("prop.Held")
+@dataclass
+class Held:
+    n: int
+
+
+_PAYLOAD = {n: message_type_of(Held).serializer.encode(Held(n)) for n in range(64)}
+
+
+def _env(n: int, replay: bool, persistent: bool = True) -> Envelope:
+    return Envelope(f"m{n}", f"S{n % 3}", "prop.Held", _PAYLOAD[n], 0, persistent, "test",
+                    replay=replay)
+
+
+def _inbox(handled: list[str], window: int, limit: int, limit_bytes: int) -> Inbox:
+    def submit(key: str, job: Job | RunJob) -> None:
+        job.run()
+
+    reg = HandlerRegistry()
+    reg.add(lambda msg: None, Held)
+    inbox = Inbox("B", "test", reg, DedupWindow(window), submit, lambda *a: None,
+                  lambda env: handled.append(env.message_id), Counter(), None,
+                  lambda key, jobs: [j.run() for j in jobs],
+                  lambda envs: handled.extend(e.message_id for e in envs),
+                  limit, limit_bytes)
+    inbox.phase = Phase.REPLAY
+    return inbox
+
+
+# An event: ("live", n) a direct delivery of message n (refused when the held list is full:
+# then it is logged unmarked, i.e. it will only come as a logged copy), ("log", n) its
+# logged copy goes by in the replay or the handover (a batch of one or more).
+events = st.lists(st.tuples(st.sampled_from(["live", "log"]), st.integers(0, 40)),
+                  max_size=120)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events, st.integers(1, 4), st.integers(1, 12), st.integers(1, 400), st.booleans())
+def test_each_message_is_handled_once_whatever_the_window(
+        evs: list[tuple[str, int]], window: int, limit: int, limit_bytes: int,
+        batched: bool) -> None:
+    handled: list[str] = []
+    inbox = _inbox(handled, window, limit, limit_bytes)
+    arrived: set[int] = set()     # the model: messages that reached the peer at all
+    logged: list[int] = []        # logged copies in txlog order (first time each)
+    refused: list[int] = []       # refused live: the sender logs them unmarked
+
+    def log_copy(n: int) -> None:
+        arrived.add(n)
+        if n not in logged:
+            logged.append(n)
+        env = _env(n, replay=True)
+        if batched:
+            inbox.accept_many([env])
+        else:
+            inbox.accept(env)
+
+    for kind, n in evs:
+        if kind == "live":
+            if n in arrived:
+                continue  # delivered directly once, before its logged copy
+            arrived.add(n)
+            if inbox.hold_room(1, len(_PAYLOAD[n])):
+                inbox.accept(_env(n, replay=False))
+            else:
+                refused.append(n)
+            assert len(inbox.held) <= max(limit, 1)
+            assert inbox.held.bytes <= max(limit_bytes, max(len(p) for p in _PAYLOAD.values()))
+        elif n not in logged:  # (a copy read twice, by a retry, is the dedup window's case)
+            log_copy(n)
+    for n in refused:  # the handover reads them from the log before the release
+        if n not in logged:
+            log_copy(n)
+    inbox.release(Phase.NORMAL)
+    counts = Counter(handled)
+    assert set(counts) == {f"m{n}" for n in arrived}, "lost (or invented) a message"
+    assert max(counts.values(), default=1) == 1, f"handled twice: {counts.most_common(1)}"
+    # every logged message is handled in txlog order, before any held one that never logged
+    order = [int(m[1:]) for m in handled]
+    logged_order = [n for n in order if n in logged]
+    assert logged_order == logged
+    assert not inbox.held and inbox.phase is Phase.NORMAL
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "seen"]), st.integers(0, 20),
+                          st.integers(0, 50)), max_size=80),
+       st.integers(1, 10), st.integers(1, 200))
+def test_held_back_counts_match_a_model(ops: list[tuple[str, int, int]], limit: int,
+                                        limit_bytes: int) -> None:
+    """HeldBack against a dict: counts, bytes, peaks and arrival order."""
+    held, model = HeldBack(limit, limit_bytes), {}
+    peak = peak_bytes = 0
+    for op, n, size in ops:
+        mid = f"m{n}"
+        if op == "add":
+            env = Envelope(mid, "S", "prop.Held", b"x" * size, 0, True, "test")
+            fits = not model or (len(model) + 1 <= limit
+                                 and sum(model.values()) + size <= limit_bytes)
+            assert held.room(1, size) == fits
+            assert held.add(env) == (mid not in model)
+            model.setdefault(mid, size)
+        else:
+            assert held.seen(mid) == (mid in model)
+            model.pop(mid, None)
+        peak = max(peak, len(model))
+        peak_bytes = max(peak_bytes, sum(model.values()))
+        doc = held.status()
+        assert (doc["messages"], doc["bytes"]) == (len(model), sum(model.values()))
+        assert (doc["peak_messages"], doc["peak_bytes"]) == (peak, peak_bytes)
+        assert [e.message_id for e in held.envelopes()] == list(model)
+    assert [e.message_id for e in held.take()] == list(model) and not held
