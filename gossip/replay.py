@@ -1,8 +1,9 @@
 """The ``Replay`` stream of the replica service: its wire format and the peer's side of it.
 
 ``Replay`` is bidirectional. The peer's first message is JSON ``{peer, environment, batch,
-window, lease_ms?, barrier_timeout_ms?, after_offset?, barrier?}`` (``barrier``: a retry
-keeps the barrier of the replay it resumes, so it does not wait for the queues again);
+window, lease_ms?, barrier_timeout_ms?, after_offset?, barrier?, covered?}`` (``barrier``: a
+retry keeps the barrier of the replay it resumes, so it does not wait for the queues again;
+``covered``: the barrier is what the queues already cover, so there is no wait at all);
 after it, ``{"ack": n}`` (n more entries processed), ``{"acked_offset": o}`` (every entry
 up to txlog offset o processed) or ``{"renew": true}``; every message renews the replay's
 pin. The replica answers with tagged messages: ``H`` + JSON header (pin, barrier,

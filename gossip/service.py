@@ -156,7 +156,8 @@ class ReplicaClient:
                window: int = DEFAULT_WINDOW, *, lease_ms: int | None = None,
                barrier_timeout_ms: int | None = None, after_offset: int = -1,
                auto_renew: bool = True, node: str = "", token: str | None = None,
-               rows: bool = True, barrier: int | None = None) -> ReplayStream:
+               rows: bool = True, barrier: int | None = None, covered: bool = False
+               ) -> ReplayStream:
         """Open a replay of ``peer_id``'s queue on the replica at ``address``.
 
         Returns once the replica pinned the GC point at the barrier (the stream's ``barrier``
@@ -164,9 +165,10 @@ class ReplicaClient:
         ``ack(n)`` what was processed, ``close()``. ``after_offset`` skips entries up to that
         txlog offset (a retry after an interrupted replay); ``barrier`` (a retry) keeps the
         barrier of the replay it resumes (the replica takes the lower of it and its high
-        watermark), so it does not wait for the queues to cover a newer one.
-        ``rows=False`` asks for every entry as QueueEntry bytes (else a replica sends the
-        replay rows it stores). Raises
+        watermark), so it does not wait for the queues to cover a newer one; ``covered``
+        asks for a barrier the queues already cover (no wait; the header's
+        ``high_watermark`` says where the txlog ended). ``rows=False`` asks for every
+        entry as QueueEntry bytes (else a replica sends the replay rows it stores). Raises
         :class:`~gossip.exceptions.NodeUnreachableError` if the replica does not answer and
         :class:`~gossip.exceptions.ReplayRefusedError` if it refuses (environment, partition),
         :class:`~gossip.exceptions.PeerAuthError` (no or bad ``token``) or
@@ -182,6 +184,8 @@ class ReplicaClient:
             request["barrier_timeout_ms"] = barrier_timeout_ms
         if barrier is not None:
             request["barrier"] = barrier
+        if covered:
+            request["covered"] = True
         call = self._channel(address).stream_stream(method_path("Replay"))
         tok = self.peer_token(address, peer_id, environment, token)
         metadata = ((TOKEN_KEY, tok),) if tok else None

@@ -29,10 +29,12 @@ from peer_client.metrics import PeerCollector
 from peer_client.options import ALL, LOG, QUORUM, PeerOptions
 from peer_client.peer import Peer
 from peer_client.ports import Delivery
+from peer_client.replay import ReplayFailedError, ReplicaReplayer
 from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
 
 __all__ = [
-    "Peer", "AsyncPeer", "Settings", "load_settings", "MessageContext", "BatchContext", "Phase",
+    "Peer", "AsyncPeer", "ReplicaReplayer", "Settings", "load_settings", "MessageContext",
+    "BatchContext", "Phase",
     "MessageType", "message", "message_type_of", "register_message",
     "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
     "Serializer", "PeerCollector",
@@ -40,5 +42,5 @@ __all__ = [
     "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
     "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
     "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError",
-    "BatchFailed", "MessageFailed",
+    "BatchFailed", "MessageFailed", "ReplayFailedError",
 ]

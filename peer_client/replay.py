@@ -62,6 +62,37 @@ def _mark_suffix(incarnation: str) -> bytes:
     return b"\x02" + encode_varint(len(raw)) + raw
 
 
+def acked_between(settings: Settings, peer_id: str, partition: int, start: int, end: int
+                  ) -> set[str]:
+    """Ids ``peer_id`` acked in txlog/``partition`` in ``[start, end)``: the acks the queues
+    had not applied yet when a replay started on what they covered (``covered``)."""
+    out: set[str] = set()
+    if end <= start:
+        return out
+    codec, key = peer_codec(), peer_id.encode("utf-8")
+    consumer = LogConsumer(settings, codec)
+    try:
+        consumer.assign({("txlog", partition): start})
+        position = start
+        while position < end:
+            for msg in consumer.consume_batch(5000, 0.5):
+                off = msg.offset()
+                if off is not None:
+                    position = off + 1
+                if msg.key() != key or off is None or off >= end:
+                    continue
+                try:
+                    dec = codec.decode(msg.value() or b"")
+                except CodecError:
+                    continue
+                if dec.name in ("Ack", "AckBatch") and dec.record.get("peer") == peer_id:
+                    ids = dec.record.get("message_ids")
+                    out.update(ids if ids is not None else [dec.record["message_id"]])
+    finally:
+        consumer.close()
+    return out
+
+
 class TxlogFollower:
     """Reads this peer's txlog partition from ``start`` and dispatches its Sends.
 
@@ -77,6 +108,9 @@ class TxlogFollower:
         self._on_forward = on_forward
         self.catching_up = True
         self.target = start
+        #: ids acked in txlog past the replay's barrier (a ``covered`` replay): not delivered
+        #: again while catching up
+        self.acked: set[str] = set()
         self.forwarded = 0
         self.skipped_direct = 0
         self.consumer = LogConsumer(settings, self._codec)
@@ -113,6 +147,9 @@ class TxlogFollower:
                     continue
                 envs.append(Envelope.from_send(dec.record, True, partition,
                                                off if off is not None else -1))
+            if envs and catching_up and self.acked:
+                acked = self.acked
+                envs = [e for e in envs if e.message_id not in acked]
             if envs:
                 fresh = core.deliver_replayed_batch(envs)
                 if fresh:
@@ -133,6 +170,7 @@ class TxlogFollower:
     def start(self) -> None:
         """Keep following in a daemon thread until the peer stops."""
         self.catching_up = False
+        self.acked = set()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"{self.core.peer_id}-txlog-follow")
         self._thread.start()
@@ -173,19 +211,26 @@ class ReplicaReplayer:
     ``attempts`` times). ``handover_rounds``: how often the handover reads to the txlog end
     while held-back messages are not in the log yet. ``handover_timeout_s``: None (the
     default) lets the handover run until its proof; a number ends it after that long
-    without failing (held messages are released, the follower keeps delivering)."""
+    without failing (held messages are released, the follower keeps delivering).
+    ``covered`` (the default): the replay starts on what the queues job already covers
+    instead of waiting for it to reach the txlog end; the peer reads the acks of the rest
+    from txlog first (so nothing acked is delivered again) and the handover delivers the
+    rest's Sends. False: the replica waits for the queues to cover the txlog end."""
 
     def __init__(self, settings: Settings, *, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW,
                  lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
                  attempts: int = 5, handover_rounds: int = 5,
-                 handover_timeout_s: float | None = None,
+                 handover_timeout_s: float | None = None, covered: bool = True,
                  epoch: Callable[[], Epoch | None] | None = None,
                  client: ReplicaClient | None = None, token: str | None = None) -> None:
         self.settings, self.token = settings, token  # token: see ReplicaClient.peer_token
         self.batch, self.window, self.lease_ms = batch, window, lease_ms
         self.barrier_timeout_ms, self.attempts = barrier_timeout_ms, attempts
         self.handover_rounds, self.handover_timeout_s = handover_rounds, handover_timeout_s
+        self.covered = covered
+        self.queues_behind = 0      # offsets the queues were behind the txlog end (covered)
+        self._acked: set[str] | None = None  # acks past the barrier (None: not read yet)
         self._epoch_fn = epoch
         self._own_client = client is None
         self.client = client or ReplicaClient()
@@ -238,6 +283,8 @@ class ReplicaReplayer:
         try:
             self.follower = TxlogFollower(self.settings, core, self.partition, self.barrier,
                                           self._count_forward)
+            self.follower.acked = self._acked or set()
+            self._acked = None
             self._handover(core)
         finally:
             stream.close(release=True)
@@ -261,6 +308,8 @@ class ReplicaReplayer:
             opts["lease_ms"] = self.lease_ms
         if self.token:
             opts["token"] = self.token
+        if self.covered:
+            opts["covered"] = True
         for attempt in range(self.attempts):
             if self.barrier >= 0:
                 # a retry resumes the replay it continues: the same barrier (which the
@@ -282,6 +331,13 @@ class ReplicaReplayer:
             self._stream = stream
             if self.barrier < 0:
                 self.barrier, self.partition = stream.barrier, stream.partition
+            if self._acked is None:
+                # the queues were behind: their entries below the barrier may have been
+                # acked since (before the crash); read those acks before replaying
+                end = int(stream.header.get("high_watermark", stream.barrier))
+                self.queues_behind = max(0, end - stream.barrier)
+                self._acked = acked_between(self.settings, core.peer_id, stream.partition,
+                                            stream.barrier, end)
             try:
                 self._deliver(core, stream)
             except ReplayInterruptedError as exc:
@@ -304,11 +360,14 @@ class ReplicaReplayer:
         handoff per message), and each chunk is acked once accepted."""
         reader = EntryReader(core.environment, stream.partition)
         chunk = max(1, stream.ack_every)
+        acked = self._acked
         for rows in stream.entry_batches():
             for i in range(0, len(rows), chunk):
                 part = rows[i:i + chunk]
                 envs = reader.envelopes(part)
                 self.replay_received += len(envs)
+                if acked:
+                    envs = [e for e in envs if e.message_id not in acked]
                 self.replayed += core.deliver_replayed_batch(envs)
                 stream.ack(len(part))
         self.damaged += reader.damaged
@@ -362,6 +421,7 @@ class ReplicaReplayer:
                 "forwarded": self.forwarded, "damaged": self.damaged,
                 "retries": self.retries, "nodes": self.nodes,
                 "barrier": barrier, "partition": partition,
+                "queues_behind": self.queues_behind,
                 "queue_progress": waiting["queue_progress"] if waiting else None,
                 "queue_wait_ms": waiting["waited_ms"] if waiting else None,
                 "handover_target": self.handover_target,

@@ -10,6 +10,12 @@ unacked. At most two batches are in memory (the one sent and the next, read ahea
 last message says the replay is complete up to the barrier; the stream then stays open
 (renewing the pin with every message of the peer) until the peer closes its side. Wire
 format: :mod:`gossip.replay`.
+
+Two requests change the barrier: ``barrier`` (a retry on another replica keeps the barrier
+of the replay it resumes, so it does not wait for the queues again) and ``covered`` (the
+barrier is what the queues already cover, when they are behind the high watermark: no wait
+at all; the peer reads the rest from txlog itself, and the header's ``high_watermark``
+tells it how far the queues were behind).
 """
 
 from __future__ import annotations
@@ -175,7 +181,7 @@ class ReplayService:
         if barrier is not None and (not isinstance(barrier, int) or barrier < 0):
             raise ReplayRefusedError(f"bad barrier {barrier!r}: a txlog offset >= 0")
         return {"peer": peer, "partition": k, "batch": batch, "window": window,
-                "barrier": barrier,
+                "barrier": barrier, "covered": req.get("covered") is True,
                 "lease_ms": req.get("lease_ms"), "after": int(req.get("after_offset", -1)),
                 "rows": req.get("rows") is True,
                 "timeout_ms": max(0, min(timeout, self.limits.max_barrier_timeout_ms))}
@@ -194,8 +200,15 @@ class ReplayService:
         except Exception as exc:  # Kafka unreachable: no barrier, no replay
             raise ReplayError(f"{self.node_id} cannot take the replay barrier of {peer}: the "
                               f"txlog/{k} high watermark is unknown ({exc})") from None
+        high_watermark = barrier
         if req["barrier"] is not None:  # a retry keeps the barrier of the replay it resumes
             barrier = min(barrier, req["barrier"])
+        elif req["covered"]:
+            # start on what the queues already cover: the peer reads the rest from txlog
+            # (its handover), so it does not wait for the queues job to catch up
+            got = self.queue_progress(k)
+            if got is not None and got[0] < barrier:
+                barrier = got[0]
         lease = self.leases.grant({f"txlog/{k}": barrier}, self.gc_point(), req["lease_ms"],
                                   owner=peer)
         session = Session(peer, lease.pin, k, barrier, req["batch"], req["window"], req["rows"])
@@ -208,6 +221,7 @@ class ReplayService:
         try:
             yield HEADER + json.dumps({
                 "pin": lease.pin, "barrier": barrier, "partition": k, "node": self.node_id,
+                "high_watermark": high_watermark,
                 "peer": peer, "lease_ms": lease.lease_ms, "expires_ms": lease.expires_ms,
                 "batch": session.batch, "window": session.window}).encode()
             try:

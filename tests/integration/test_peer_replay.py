@@ -221,3 +221,29 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
         assert sorted(ns) == list(range(1400)) and ns == list(range(1400)), (
             f"lost {sorted(set(range(1400)) - set(ns))[:10]}, count {len(ns)}")
     assert job.alive, job.log_tail()
+
+
+def test_the_readme_peer_example_runs_as_written_with_replay(
+        stack: tuple[LocalStack, JobProcess]) -> None:
+    """The peer example of docs/peer_client.md and the README (the same text, checked by
+    tests/unit/test_peer_docs.py) runs as written on a stack like ``make demo``'s: replica
+    nodes, the queues job, replay on, the cluster's environment; then again, so that its
+    second run starts ``shipping`` with a replay (nothing missed: an empty one)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+    from tests.unit.test_peer_docs import example
+    s, _ = stack
+    settings = s.settings()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
+    env.update(TIDEMARK_STATE_DIR=str(s.state_dir), TIDEMARK_BOOTSTRAP=settings.bootstrap,
+               TIDEMARK_TOPIC_PREFIX=settings.topic_prefix,
+               TIDEMARK_PARTITIONS=str(settings.partitions))
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", example("peer")], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "shipping got o-1 from shop (live: True)" in proc.stdout, proc.stdout
+        assert "shipping got o-2 from shop" in proc.stdout and "sent " in proc.stdout

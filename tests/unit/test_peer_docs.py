@@ -25,7 +25,7 @@ def test_testing_example_runs_as_written() -> None:
 
 
 def test_readme_shows_the_tested_peer_example() -> None:
-    """The README's example is the one tests/integration/test_peer_docs_example.py runs."""
+    """The README's example is the one tests/integration/test_peer_replay.py runs."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- example: peer -->\s*```python\n(.*?)```", readme, re.DOTALL)
     assert match and match.group(1) == example("peer")
