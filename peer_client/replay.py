@@ -41,11 +41,13 @@ from gossip.service import ReplicaClient
 from log.consumer import LogConsumer
 from log.exceptions import CodecError, LogError
 from log.offsets import end_offsets
+from log.registry import env_value
 from log.settings import Settings
 from peer_client.core import RUNNING, PeerCore
 from peer_client.exceptions import ReplayDeniedError
 from peer_client.records import Envelope, encode_varint, peer_codec
 from peer_client.replay_entries import EntryReader
+from peer_client.tail import Tail
 
 __all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError", "EntryReader"]
 
@@ -62,35 +64,62 @@ def _mark_suffix(incarnation: str) -> bytes:
     return b"\x02" + encode_varint(len(raw)) + raw
 
 
-def acked_between(settings: Settings, peer_id: str, partition: int, start: int, end: int
-                  ) -> set[str]:
-    """Ids ``peer_id`` acked in txlog/``partition`` in ``[start, end)``: the acks the queues
-    had not applied yet when a replay started on what they covered (``covered``)."""
-    out: set[str] = set()
+def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end: int,
+              lookback_ms: int = 30_000) -> Tail:
+    """:class:`~peer_client.tail.Tail`: ``peer_id``'s records in txlog/``partition``
+    ``[start, end)``, the stretch the queues had not read when a replay started on what they
+    covered, plus the acks of the ``lookback_ms`` before ``start`` (an Ack may precede its
+    Send). Only the peer's own records are decoded (they carry its key)."""
+    tail = Tail(start, end)
     if end <= start:
-        return out
+        return tail
     codec, key = peer_codec(), peer_id.encode("utf-8")
     consumer = LogConsumer(settings, codec)
     try:
-        consumer.assign({("txlog", partition): start})
-        position = start
+        first = _lookback_offset(consumer, settings, partition, start, lookback_ms)
+        consumer.assign({("txlog", partition): first})
+        position = first
         while position < end:
             for msg in consumer.consume_batch(5000, 0.5):
                 off = msg.offset()
-                if off is not None:
-                    position = off + 1
-                if msg.key() != key or off is None or off >= end:
+                if off is None:
+                    continue
+                position = off + 1
+                if msg.key() != key or off >= end:
                     continue
                 try:
                     dec = codec.decode(msg.value() or b"")
                 except CodecError:
                     continue
-                if dec.name in ("Ack", "AckBatch") and dec.record.get("peer") == peer_id:
-                    ids = dec.record.get("message_ids")
-                    out.update(ids if ids is not None else [dec.record["message_id"]])
+                if dec.record.get("peer") == peer_id:
+                    tail.fold(dec.name, dec.record, off, acks_only=off < start)
     finally:
         consumer.close()
-    return out
+    return tail
+
+
+def _lookback_offset(consumer: LogConsumer, settings: Settings, partition: int, start: int,
+                     lookback_ms: int) -> int:
+    """The first offset of txlog/``partition`` logged at most ``lookback_ms`` before the
+    record at ``start`` (``start`` itself if that cannot be told)."""
+    if lookback_ms <= 0 or start <= 0:
+        return start
+    from confluent_kafka import TopicPartition
+    topic = settings.topic("txlog")
+    raw = consumer.raw
+    try:
+        consumer.assign({("txlog", partition): start})
+        msgs = consumer.consume_batch(1, 5.0)
+        if not msgs:
+            return start
+        ts = msgs[0].timestamp()[1]
+        found = raw.offsets_for_times([TopicPartition(topic, partition, max(0, ts - lookback_ms))],
+                                      10.0)
+    except Exception as exc:  # noqa: BLE001 - no look-back rather than no replay
+        log.warning("txlog/%d: no ack look-back before offset %d: %s", partition, start, exc)
+        return start
+    off = found[0].offset if found else -1
+    return off if 0 <= off < start else start
 
 
 class TxlogFollower:
@@ -108,9 +137,10 @@ class TxlogFollower:
         self._on_forward = on_forward
         self.catching_up = True
         self.target = start
-        #: ids acked in txlog past the replay's barrier (a ``covered`` replay): not delivered
-        #: again while catching up
-        self.acked: set[str] = set()
+        #: the peer's acks, failures and purges past the replay's barrier (a ``covered``
+        #: replay), applied while catching up
+        self.tail = Tail()
+        self.delivery_limit = 5
         self.forwarded = 0
         self.skipped_direct = 0
         self.consumer = LogConsumer(settings, self._codec)
@@ -147,9 +177,8 @@ class TxlogFollower:
                     continue
                 envs.append(Envelope.from_send(dec.record, True, partition,
                                                off if off is not None else -1))
-            if envs and catching_up and self.acked:
-                acked = self.acked
-                envs = [e for e in envs if e.message_id not in acked]
+            if envs and catching_up and self.tail:
+                envs = self.tail.admit(envs, self.delivery_limit)
             if envs:
                 fresh = core.deliver_replayed_batch(envs)
                 if fresh:
@@ -170,7 +199,7 @@ class TxlogFollower:
     def start(self) -> None:
         """Keep following in a daemon thread until the peer stops."""
         self.catching_up = False
-        self.acked = set()
+        self.tail = Tail()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"{self.core.peer_id}-txlog-follow")
         self._thread.start()
@@ -213,15 +242,18 @@ class ReplicaReplayer:
     default) lets the handover run until its proof; a number ends it after that long
     without failing (held messages are released, the follower keeps delivering).
     ``covered`` (the default): the replay starts on what the queues job already covers
-    instead of waiting for it to reach the txlog end; the peer reads the acks of the rest
-    from txlog first (so nothing acked is delivered again) and the handover delivers the
-    rest's Sends. False: the replica waits for the queues to cover the txlog end."""
+    instead of waiting for it to reach the txlog end; the peer first reads its own acks,
+    failures and purges of the rest from txlog (:mod:`peer_client.tail`: nothing acked,
+    dead-lettered or purged is delivered again) and the handover delivers the rest's Sends.
+    False: the replica waits for the queues to cover the txlog end. ``delivery_limit``:
+    the queues job's (default: the ``TIDEMARK_DELIVERY_LIMIT`` setting)."""
 
     def __init__(self, settings: Settings, *, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW,
                  lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
                  attempts: int = 5, handover_rounds: int = 5,
                  handover_timeout_s: float | None = None, covered: bool = True,
+                 delivery_limit: int | None = None,
                  epoch: Callable[[], Epoch | None] | None = None,
                  client: ReplicaClient | None = None, token: str | None = None) -> None:
         self.settings, self.token = settings, token  # token: see ReplicaClient.peer_token
@@ -229,8 +261,11 @@ class ReplicaReplayer:
         self.barrier_timeout_ms, self.attempts = barrier_timeout_ms, attempts
         self.handover_rounds, self.handover_timeout_s = handover_rounds, handover_timeout_s
         self.covered = covered
+        #: as the queues job counts failed deliveries (the ``delivery_limit`` setting)
+        self.delivery_limit = (delivery_limit if delivery_limit is not None
+                               else int(env_value("delivery_limit")))
         self.queues_behind = 0      # offsets the queues were behind the txlog end (covered)
-        self._acked: set[str] | None = None  # acks past the barrier (None: not read yet)
+        self._tail: Tail | None = None  # the stretch past the barrier (None: not read yet)
         self._epoch_fn = epoch
         self._own_client = client is None
         self.client = client or ReplicaClient()
@@ -283,8 +318,9 @@ class ReplicaReplayer:
         try:
             self.follower = TxlogFollower(self.settings, core, self.partition, self.barrier,
                                           self._count_forward)
-            self.follower.acked = self._acked or set()
-            self._acked = None
+            self.follower.tail = self._tail or Tail()
+            self.follower.delivery_limit = self.delivery_limit
+            self._tail = None
             self._handover(core)
         finally:
             stream.close(release=True)
@@ -331,13 +367,13 @@ class ReplicaReplayer:
             self._stream = stream
             if self.barrier < 0:
                 self.barrier, self.partition = stream.barrier, stream.partition
-            if self._acked is None:
+            if self._tail is None:
                 # the queues were behind: their entries below the barrier may have been
-                # acked since (before the crash); read those acks before replaying
+                # acked, failed or purged since; read that stretch before replaying
                 end = int(stream.header.get("high_watermark", stream.barrier))
                 self.queues_behind = max(0, end - stream.barrier)
-                self._acked = acked_between(self.settings, core.peer_id, stream.partition,
-                                            stream.barrier, end)
+                self._tail = read_tail(self.settings, core.peer_id, stream.partition,
+                                       stream.barrier, end)
             try:
                 self._deliver(core, stream)
             except ReplayInterruptedError as exc:
@@ -360,14 +396,14 @@ class ReplicaReplayer:
         handoff per message), and each chunk is acked once accepted."""
         reader = EntryReader(core.environment, stream.partition)
         chunk = max(1, stream.ack_every)
-        acked = self._acked
+        tail, limit = self._tail, self.delivery_limit
         for rows in stream.entry_batches():
             for i in range(0, len(rows), chunk):
                 part = rows[i:i + chunk]
                 envs = reader.envelopes(part)
                 self.replay_received += len(envs)
-                if acked:
-                    envs = [e for e in envs if e.message_id not in acked]
+                if tail:
+                    envs = tail.admit(envs, limit)
                 self.replayed += core.deliver_replayed_batch(envs)
                 stream.ack(len(part))
         self.damaged += reader.damaged

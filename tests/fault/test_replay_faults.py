@@ -65,7 +65,8 @@ PEER_SCRIPT = textwrap.dedent("""
             os.fsync(fd)
 
     peer = Peer(peer_id, None, settings, PeerOptions(inbox_limit=limit),
-                replayer=ReplicaReplayer(settings, batch=batch, window=window))
+                replayer=ReplicaReplayer(settings, batch=batch, window=window,
+                                             covered=False))
 
     def on_job(msg: Job, ctx: MessageContext) -> None:
         if msg.n == block:

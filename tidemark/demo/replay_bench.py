@@ -233,8 +233,10 @@ def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], tim
     the replica that served the replay, the other replicas, the brokers."""
     from peer_client.replay import ReplicaReplayer
     counter = _Counter()
+    # covered=False: the bench measures the replicas' replay of the whole backlog (its
+    # queue records are written before, so nothing would be left for the handover anyway)
     replayer = ReplicaReplayer(settings, barrier_timeout_ms=int(timeout_s * 1000),
-                               batch=batch, window=window)
+                               batch=batch, window=window, covered=False)
     p = Peer(peer, None, settings, replayer=replayer)
     if handler == "batch":
         p.batch_handler(BenchItem)(counter.handle_batch)
