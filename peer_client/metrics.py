@@ -70,6 +70,7 @@ class PeerCollector:
                                         labels=["peer"])
                 c.add_metric([peer], value)
                 yield c
+        yield from _held(peer, doc.get("held"))
         replay = doc.get("replay")
         if not isinstance(replay, Mapping):
             return
@@ -90,6 +91,31 @@ class PeerCollector:
                                   "txlog offset of the last replay's barrier", labels=["peer"])
             g.add_metric([peer], barrier)
             yield g
+
+
+#: ``status()["held"]`` keys exported as gauges: (key, metric name, help)
+_HELD_GAUGES = (
+    ("messages", "held_messages", "live messages held back while the peer replays"),
+    ("bytes", "held_bytes", "payload bytes of the live messages held back"),
+    ("peak_messages", "held_peak_messages", "most live messages held back at once"),
+    ("peak_bytes", "held_peak_bytes", "most payload bytes held back at once"),
+    ("limit_messages", "held_limit_messages", "hold_limit: held-back messages at most"),
+    ("limit_bytes", "held_limit_bytes", "hold_bytes: held-back payload bytes at most"))
+
+
+def _held(peer: str, held: Any) -> Iterator[Metric]:
+    """The held-back list's gauges and its refusals counter."""
+    if not isinstance(held, Mapping):
+        return
+    for key, name, help_text in _HELD_GAUGES:
+        g = GaugeMetricFamily(_name(name), help_text, labels=["peer"])
+        g.add_metric([peer], float(held.get(key, 0) or 0))
+        yield g
+    c = CounterMetricFamily(_name("held_refused"), "live messages refused because the"
+                            " held-back list was full (they arrive through txlog)",
+                            labels=["peer"])
+    c.add_metric([peer], int(held.get("refused", 0) or 0))
+    yield c
 
 
 class MetricsServer:

@@ -76,7 +76,10 @@ PEER_SCRIPT = textwrap.dedent("""
             raise LogError("injected: the handover fails")
 
     replayer = (FailingHandover if fail == "1" else ReplicaReplayer)(settings)
-    peer = Peer(peer_id, None, settings, PeerOptions(dedup_dir=dedup), replayer=replayer)
+    # a small inbox limit paces the replay by the handlers, so it lasts long enough for the
+    # test to kill the replica serving it
+    peer = Peer(peer_id, None, settings, PeerOptions(dedup_dir=dedup, inbox_limit=500),
+                replayer=replayer)
 
     def on_job(msg: Job, ctx: MessageContext) -> None:
         time.sleep(0.0005)

@@ -13,7 +13,10 @@ STATUS = {"peer_id": "B", "environment": "prod", "incarnation": "i-1", "phase": 
           "endpoint": "127.0.0.1:5000", "stats": {"handled": 7, "acks": 5, "sent": 0},
           "replay": {"stage": "handover", "replayed": 1200, "duplicates_dropped": 3,
                      "forwarded": 40, "retries": 1, "barrier": 991, "replay_ms": 2500.0,
-                     "handover_ms": 120.0}}
+                     "handover_ms": 120.0},
+          "held": {"messages": 12, "bytes": 3400, "peak_messages": 900, "peak_bytes": 81000,
+                   "limit_messages": 10000, "limit_bytes": 67108864, "refused": 25,
+                   "superseded": 850}}
 
 
 def _text(status: dict) -> str:
@@ -28,6 +31,9 @@ def test_counters_phase_and_replay_figures() -> None:
     assert 'tidemark_peer_acks_total{peer="B"} 5.0' in text
     assert 'tidemark_peer_replayed_total{peer="B"} 1200.0' in text
     assert 'tidemark_peer_forwarded_total{peer="B"} 40.0' in text
+    assert 'tidemark_peer_held_messages{peer="B"} 12.0' in text
+    assert 'tidemark_peer_held_peak_bytes{peer="B"} 81000.0' in text
+    assert 'tidemark_peer_held_refused_total{peer="B"} 25.0' in text
     assert 'tidemark_peer_replay_duplicates_dropped_total{peer="B"} 3.0' in text
     assert 'tidemark_peer_replay_seconds{peer="B"} 2.5' in text
     assert 'tidemark_peer_handover_seconds{peer="B"} 0.12' in text

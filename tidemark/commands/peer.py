@@ -64,8 +64,20 @@ def _status(args: argparse.Namespace) -> int:
               f" ({replay['duplicates_dropped']} duplicates dropped) in {replay['replay_ms']} ms,"
               f" forwarded during handover {replay['forwarded']} in {replay['handover_ms']} ms,"
               f" barrier {replay['barrier']}, retries {replay['retries']}")
+        if replay.get("queue_progress") is not None and replay["stage"] == "waiting for queues":
+            print(f"  waiting for the queues job: at txlog offset {replay['queue_progress']}"
+                  f" of barrier {replay['barrier']}, for {replay.get('queue_wait_ms', 0)} ms")
+        if replay["stage"] == "handover":
+            print(f"  handover: txlog read to {replay.get('follower_position')} of"
+                  f" {replay.get('handover_target')}")
     else:
         print("  replay: not configured for this peer")
+    held = doc.get("held")
+    if held:
+        print(f"  held back: {held['messages']} message(s), {held['bytes']} bytes (peak"
+              f" {held['peak_messages']}, {held['peak_bytes']} bytes; limit"
+              f" {held['limit_messages']}, {held['limit_bytes']} bytes; refused"
+              f" {held['refused']})")
     stats = doc.get("stats") or {}
     if stats:
         print("  " + ", ".join(f"{k} {v}" for k, v in sorted(stats.items())))
