@@ -367,14 +367,17 @@ class ReplicaReplayer:
             self._stream = stream
             if self.barrier < 0:
                 self.barrier, self.partition = stream.barrier, stream.partition
-            if self._tail is None:
-                # the queues were behind: their entries below the barrier may have been
-                # acked, failed or purged since; read that stretch before replaying
-                end = int(stream.header.get("high_watermark", stream.barrier))
-                self.queues_behind = max(0, end - stream.barrier)
-                self._tail = read_tail(self.settings, core.peer_id, stream.partition,
-                                       stream.barrier, end)
             try:
+                if self._tail is None:
+                    # the queues were behind: their entries below the barrier may have been
+                    # acked, failed or purged since; read that stretch before replaying
+                    end = int(stream.header.get("high_watermark", stream.barrier))
+                    self.queues_behind = max(0, end - stream.barrier)
+                    if end > stream.barrier:
+                        self.stage = "reading the tail"
+                    self._tail = read_tail(self.settings, core.peer_id, stream.partition,
+                                           stream.barrier, end)
+                    self.stage = "replay"
                 self._deliver(core, stream)
             except ReplayInterruptedError as exc:
                 log.warning("peer %s: replay interrupted on %s after txlog offset %d (%s);"
@@ -385,6 +388,10 @@ class ReplicaReplayer:
                 exclude.add(stream.node)
                 after = max(after, stream.last_offset)
                 continue
+            except BaseException:
+                stream.close(release=True)  # stop renewing its pin: nothing more is read
+                self._stream = None
+                raise
             self.barrier, self.partition = stream.barrier, stream.partition
             return stream
         raise ReplayFailedError(f"replay of {core.peer_id} failed {self.attempts} times"
@@ -440,8 +447,9 @@ class ReplicaReplayer:
     def status(self) -> dict[str, Any]:
         """Replay and handover figures: ``stage`` is ``waiting for queues`` (the replica
         waits for the queues job to cover the barrier: ``queue_progress`` is how far it
-        is), ``replay``, ``handover`` (``follower_position`` towards ``handover_target``)
-        or ``normal``."""
+        is), ``reading the tail`` (a covered replay reads the peer's acks past the
+        barrier), ``replay``, ``handover`` (``follower_position`` towards
+        ``handover_target``) or ``normal``."""
         f, stream = self.follower, self._stream
         stage, barrier, partition = self.stage, self.barrier, self.partition
         waiting: dict[str, Any] | None = None
