@@ -54,4 +54,10 @@ echo "   direct): the job is measured by bench queues above, not here."
 settle
 $T bench replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}" ${BENCH_ARGS:-}
 echo
+echo "== bench catchup (a peer down 60 s while 1,000 msgs/s go to it, restarted under the traffic;"
+echo "   target time to normal <= 15 s, held back within its bound; Spark job added)"
+$T local up --replicas 2x2 --spark >/dev/null
+settle
+$T bench catchup ${BENCH_ARGS:-}
+echo
 echo "== load average after: $(cut -d" " -f1-3 /proc/loadavg)"

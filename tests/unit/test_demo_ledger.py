@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tidemark.demo.ledger import Handled, Ledger, read_handled, tally
+from tidemark.demo.ledger import Handled, Ledger, incarnation_tally, read_handled, tally
 
 
-def h(mid: str, n: int, replay: bool = False, sender: str = "A") -> Handled:
-    return Handled(mid, sender, "tick", n, replay, "inc")
+def h(mid: str, n: int, replay: bool = False, sender: str = "A", inc: str = "inc") -> Handled:
+    return Handled(mid, sender, "tick", n, replay, inc)
 
 
 def test_ledger_applies_each_id_once_across_incarnations(tmp_path: Path) -> None:
@@ -78,3 +78,35 @@ def test_summary_table_shows_every_count_and_the_verdict() -> None:
                    "txlog/1=9", "GC point", "txlog/1=7", "queue depth", "PASS"):
         assert needle in text, needle
     assert "FAIL" in render({**r, "ok": False, "lost": 1, "lost_ids": ["m"]})
+
+
+def test_ledger_keeping_repeats_writes_every_call(tmp_path: Path) -> None:
+    path = tmp_path / "B.ledger"
+    first = Ledger(path, keep_repeats=True)
+    assert first.record(h("m1", 0, inc="i1"))
+    second = Ledger(path, keep_repeats=True)
+    assert not second.record(h("m1", 0, True, inc="i2"))  # a repeat: written, counted
+    second.close()
+    assert [(x.message_id, x.incarnation) for x in read_handled(path)] == [("m1", "i1"),
+                                                                        ("m1", "i2")]
+    assert second.redelivered == 1
+
+
+def test_incarnation_tally_tells_redelivery_after_a_crash_from_violations() -> None:
+    sent = {"A": [(f"a{i}", "tick", i) for i in range(6)]}
+    handled = [h("a0", 0, inc="i1"), h("a1", 1, inc="i1"), h("a2", 2, inc="i1"),
+               # i1 killed: a1 and a2 handled again (a1's ack was in txlog, a2's not)
+               h("a1", 1, True, inc="i2"), h("a2", 2, True, inc="i2"), h("a3", 3, True, inc="i2"),
+               h("a4", 4, inc="i2"), h("a4", 4, inc="i2")]  # twice in one incarnation
+    t = incarnation_tally(sent, handled, killed={"i1"}, acked={"a0", "a1"})
+    assert t["lost"] == 1 and t["lost_ids"] == ["a5"]
+    assert t["redelivered_after_crash"] == 1  # a2
+    assert t["twice_after_ack"] == 1 and t["twice_same_incarnation"] == 1
+    assert t["applied_twice"] == 2 and t["twice_ids"] == ["a1", "a4"]
+    assert t["out_of_order"] == 0  # i2 starting over at a1 is no disorder
+    assert t["handled"] == 5 and t["handled_calls"] == 8 and t["sent"] == 6
+    again = incarnation_tally(sent, handled + [h("a3", 3, inc="i2")], {"i1"}, set())
+    assert again["out_of_order"] == 1 and again["twice_same_incarnation"] == 2
+    # handled again after an incarnation that stopped cleanly: a violation
+    clean = incarnation_tally(sent, [h("a0", 0, inc="i1"), h("a0", 0, inc="i2")], set(), set())
+    assert clean["applied_twice"] == 1 and clean["redelivered_after_crash"] == 0

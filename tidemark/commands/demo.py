@@ -1,4 +1,5 @@
-"""``tidemark demo`` (the replay scenario on the local stack) and ``tidemark bench replay``."""
+"""``tidemark demo`` (the replay scenario on the local stack), ``tidemark bench replay`` and
+``tidemark bench catchup``."""
 
 from __future__ import annotations
 
@@ -75,9 +76,28 @@ def _bench_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_catchup(args: argparse.Namespace) -> int:
+    from log.settings import default_state_dir
+    from tidemark.demo.catchup_bench import CatchupOptions, bench_catchup, render
+    state = Path(args.state_dir) if args.state_dir else default_state_dir()
+    folder = Path(args.folder) if args.folder else state / "catchup"
+    opts = CatchupOptions(rate=args.rate, senders=args.senders, window=args.window,
+                          live_s=args.live, down_s=args.down, after_s=args.after,
+                          dedup=args.dedup_dir == "on", handler_ms=args.handler_ms,
+                          start_timeout_s=args.timeout)
+    r = bench_catchup(settings_from_args(args), opts, folder, state_dir=args.state_dir,
+                      say=progress)
+    (folder / "summary.json").write_text(json.dumps(r, indent=2))
+    if args.json:
+        print_json(r)
+    else:
+        print(render(r))
+    return 1 if args.check and r["misses"] else 0
+
+
 def register(commands: argparse._SubParsersAction[Any],
              bench: argparse._SubParsersAction[Any]) -> None:
-    """Add ``demo`` and ``bench replay``."""
+    """Add ``demo``, ``bench replay`` and ``bench catchup``."""
     from tidemark.demo.replay_bench import HANDLERS
     demo = commands.add_parser("demo", help="the replay scenario on a running local stack"
                                             " (brokers, replicas, Spark): kill -9 a peer,"
@@ -115,3 +135,37 @@ def register(commands: argparse._SubParsersAction[Any],
     b.add_argument("--timeout", type=float, default=900.0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench_replay)
+
+    c = bench.add_parser("catchup", help="a peer down for --down s under steady traffic,"
+                                         " restarted with the traffic going on: time to"
+                                         " normal, peak held-back messages and bytes, the"
+                                         " peer's RSS, beside a raw consumer reading the"
+                                         " same txlog stretch (needs --replicas 2x2 --spark)")
+    add_settings_args(c)
+    c.add_argument("--rate", type=float, default=1000.0,
+                   help="Ticks/s sent to the peer, all senders together")
+    c.add_argument("--senders", type=int, default=2,
+                   help="sender processes sharing --rate")
+    c.add_argument("--window", type=int, default=1000,
+                   help="sends in flight per sender (each id counts once Kafka confirmed it)")
+    c.add_argument("--live", type=float, default=5.0,
+                   help="seconds of traffic with the peer up before the SIGKILL")
+    c.add_argument("--down", type=float, default=60.0,
+                   help="seconds the peer stays down while the traffic goes on")
+    c.add_argument("--after", type=float, default=5.0,
+                   help="seconds of traffic after the restarted peer reached normal, before"
+                        " the senders stop")
+    c.add_argument("--dedup-dir", choices=("on", "off"), default="off",
+                   help="on: the peer keeps the persisted dedup store (a folder of the run);"
+                        " off: the default peer settings (TIDEMARK_PEER_DEDUP_DIR ignored)")
+    c.add_argument("--handler-ms", type=float, default=0.0,
+                   help="each handler call sleeps this long (a slow consumer)")
+    c.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds the peer may take to reach normal, either start")
+    c.add_argument("--folder", default=None, help="ledgers, sent ids, logs and summary.json"
+                                                  " (default: <state dir>/catchup)")
+    c.add_argument("--check", action="store_true",
+                   help="exit 1 if this run misses a target: time to normal <= 15 s,"
+                        " held-back peak within its bound, nothing lost or applied twice")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_bench_catchup)

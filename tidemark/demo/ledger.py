@@ -16,8 +16,10 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Ledger", "Handled", "read_handled", "read_sent", "tally", "Tally"]
+__all__ = ["Ledger", "Handled", "read_handled", "read_sent", "tally", "Tally",
+           "incarnation_tally"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +35,13 @@ class Handled:
 
 
 class Ledger:
-    """Append-only, fsync'ed record of handled messages (thread-safe)."""
+    """Append-only, fsync'ed record of handled messages (thread-safe). With
+    ``keep_repeats`` a repeated id is written too (and still counted in ``redelivered``):
+    the file then holds every handler call, for :func:`incarnation_tally`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keep_repeats: bool = False) -> None:
         self.path = path
+        self.keep_repeats = keep_repeats
         self.ids: set[str] = {h.message_id for h in read_handled(path)}
         self.redelivered = 0          # handled before (by an earlier incarnation): skipped
         self.written = 0
@@ -52,9 +57,11 @@ class Ledger:
         line = (f"{h.message_id}\t{h.sender}\t{h.kind}\t{h.n}\t{int(h.replay)}\t"
                 f"{h.incarnation}\n").encode()
         with self._lock:
-            if h.message_id in self.ids:
+            repeat = h.message_id in self.ids
+            if repeat:
                 self.redelivered += 1
-                return False
+                if not self.keep_repeats:
+                    return False
             self.ids.add(h.message_id)
             os.write(self._fd, line)
             self._seq += 1
@@ -66,7 +73,7 @@ class Ledger:
                     upto = self._seq
                 os.fsync(self._fd)
                 self._synced = upto
-        return True
+        return not repeat
 
     def close(self) -> None:
         """Sync and close the file."""
@@ -138,3 +145,50 @@ def tally(sent: dict[str, list[tuple[str, str, int]]], handled: list[Handled]) -
             t.out_of_order += 1
         last[key] = max(h.n, last.get(key, -1))
     return t
+
+
+def incarnation_tally(sent: dict[str, list[tuple[str, str, int]]], handled: list[Handled],
+                      killed: set[str], acked: set[str]) -> dict[str, Any]:
+    """Sent versus handled when the ledger holds every handler call (``keep_repeats``) and
+    some incarnations were killed.
+
+    A message handled by a killed incarnation whose ack died with it is legitimately
+    handled again by the next one: ``redelivered_after_crash``. The violations are an id
+    handled twice by one incarnation (``twice_same_incarnation``) and an id handled again
+    after its ack was in txlog (``twice_after_ack``; ``acked``: the ids a killed
+    incarnation's acks covered). ``out_of_order``: per incarnation and sender, a Tick
+    handled after a later one of its sender (a redelivered message comes before the new
+    ones of its incarnation, so it is no violation)."""
+    by_id: dict[str, list[str]] = {}
+    for h in handled:
+        by_id.setdefault(h.message_id, []).append(h.incarnation)
+    same, after_ack, crash = [], [], []
+    for mid, incs in by_id.items():
+        if len(incs) == 1:
+            continue
+        if len(set(incs)) < len(incs):
+            same.append(mid)
+        elif mid in acked:
+            after_ack.append(mid)
+        elif all(i in killed for i in incs[:-1]):
+            crash.append(mid)
+        else:
+            same.append(mid)  # handled again after an incarnation that was not killed
+    all_sent = {mid for rows in sent.values() for mid, _, _ in rows}
+    lost = sorted(all_sent - by_id.keys())
+    last: dict[tuple[str, str, str], int] = {}
+    disorder = 0
+    for h in handled:
+        key = (h.incarnation, h.sender, h.kind)
+        if h.n < last.get(key, -1):
+            disorder += 1
+        last[key] = max(h.n, last.get(key, -1))
+    return {"sent": len(all_sent), "handled_calls": len(handled), "handled": len(by_id),
+            "from_log": sum(1 for h in handled if h.replay),
+            "live": sum(1 for h in handled if not h.replay),
+            "lost": len(lost), "lost_ids": lost[:20],
+            "twice_same_incarnation": len(same), "twice_after_ack": len(after_ack),
+            "applied_twice": len(same) + len(after_ack),
+            "twice_ids": sorted(same + after_ack)[:20],
+            "redelivered_after_crash": len(crash),
+            "unexpected": len(by_id.keys() - all_sent), "out_of_order": disorder}

@@ -5,7 +5,8 @@
 
 Both print JSON lines on stdout: ``{"t": "ready", ...}`` once started, ``{"t": "status",
 ...}`` every ``--every`` seconds, and ``{"t": "final", ...}`` after ``stop`` was read on
-stdin (the peer stops cleanly, then the process exits 0).
+stdin (the peer stops cleanly, then the process exits 0). Every line carries ``ts``, the
+wall-clock time it was written.
 
 * **receiver**: a :class:`~peer_client.Peer` with a
   :class:`~peer_client.replay.ReplicaReplayer` (replay on start) and, with ``--dedup-dir``,
@@ -24,12 +25,13 @@ import json
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from log.settings import load_settings
-from peer_client import MessageContext, Peer, PeerOptions, message
+from peer_client import Delivery, MessageContext, Peer, PeerOptions, message
 
 __all__ = ["Tick", "Note", "main"]
 
@@ -54,9 +56,10 @@ _out_lock = threading.Lock()
 
 
 def emit(doc: dict[str, Any]) -> None:
-    """One JSON line on stdout."""
+    """One JSON line on stdout, stamped with the wall-clock time (``ts``)."""
+    line = json.dumps({**doc, "ts": time.time()})
     with _out_lock:
-        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
 
@@ -76,16 +79,20 @@ def _wait_stop() -> None:
 
 def run_receiver(args: argparse.Namespace) -> int:
     """The receiver: replay on start, record every handled message, stop on ``stop``."""
+    from peer_client.context import Phase
     from peer_client.replay import ReplicaReplayer
     from tidemark.demo.ledger import Handled, Ledger
     settings = load_settings(state_dir=args.state_dir)
-    ledger = Ledger(Path(args.ledger))
+    ledger = Ledger(Path(args.ledger), keep_repeats=args.keep_repeats)
     peer = Peer(args.id, None, settings, PeerOptions(heartbeat_ms=500, dead_after_ms=5000,
                                                      dedup_dir=args.dedup_dir),
                 replayer=ReplicaReplayer(settings))
+    pause = args.handler_ms / 1000
 
     def on(kind: str) -> Any:
         def handle(msg: Any, ctx: MessageContext) -> None:
+            if pause > 0:
+                time.sleep(pause)  # --handler-ms: a handler that takes this long
             ledger.record(Handled(ctx.message_id, ctx.sender, kind, msg.n, ctx.replay,
                                   peer.incarnation))
         return handle
@@ -97,12 +104,21 @@ def run_receiver(args: argparse.Namespace) -> int:
         st = peer.status()
         return {"phase": st["phase"], "incarnation": peer.incarnation,
                 "replayed": st.get("replayed", 0), "forwarded": st.get("forwarded", 0),
-                "replay": st.get("replay", {}), "stats": st["stats"],
-                "ledger": ledger.written, "redelivered": ledger.redelivered}
+                "replay": st.get("replay", {}), "held": st.get("held", {}),
+                "stats": st["stats"], "ledger": ledger.written,
+                "redelivered": ledger.redelivered}
 
     done = threading.Event()
+
+    def watch_normal() -> None:
+        while not done.wait(0.02):
+            if peer.phase is Phase.NORMAL:
+                emit({"t": "normal", **status()})
+                return
+
     threading.Thread(target=_status_loop, args=(args.every, status, done), daemon=True).start()
     emit({"t": "starting", "incarnation": peer.incarnation})
+    threading.Thread(target=watch_normal, daemon=True, name="watch-normal").start()
     peer.start()
     emit({"t": "ready", **status()})
     _wait_stop()
@@ -134,10 +150,28 @@ def run_sender(args: argparse.Namespace) -> int:
         threading.Thread(target=stdin_stop, daemon=True).start()
         period = 1.0 / args.rate
         next_at = time.monotonic()
+        pending: deque[tuple[Delivery, int]] = deque()
+
+        def confirmed(block: bool) -> None:
+            """Write the ids of the sends Kafka confirmed, in send order."""
+            while pending and (block or pending[0][0].done()):
+                delivery, k = pending.popleft()
+                delivery.wait(60)
+                if delivery.done() and delivery.exception() is None:
+                    sent_file.write(f"{delivery.message_id}\ttick\t{k}\n")
+                else:
+                    counts["failed"] = counts.get("failed", 0) + 1
+
         while not stop.is_set():
             n = counts["ticks"]
-            mid = peer.send(args.to, Tick(n))
-            sent_file.write(f"{mid}\ttick\t{n}\n")
+            if args.window:
+                pending.append((peer.send_nowait(args.to, Tick(n)), n))
+                if len(pending) >= args.window:
+                    pending[0][0].wait(60)
+                confirmed(False)
+            else:
+                mid = peer.send(args.to, Tick(n))
+                sent_file.write(f"{mid}\ttick\t{n}\n")
             counts["ticks"] += 1
             if args.publish_every and n % args.publish_every == 0:
                 k = counts["notes"]
@@ -151,8 +185,9 @@ def run_sender(args: argparse.Namespace) -> int:
             elif delay < -1.0:
                 next_at = time.monotonic()  # fell behind: do not burst to catch up
         done.set()
-        sent_file.flush()
         peer.flush(60)
+        confirmed(True)
+        sent_file.flush()
     sent_file.close()
     emit({"t": "final", **counts})
     return 0
@@ -169,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ledger", required=True)
     r.add_argument("--dedup-dir", default=None,
                    help="folder of the persisted dedup store (default: TIDEMARK_PEER_DEDUP_DIR)")
+    r.add_argument("--handler-ms", type=float, default=0.0,
+                   help="each handler call sleeps this long before recording the message")
+    r.add_argument("--keep-repeats", action="store_true",
+                   help="write a ledger line for every handler call, a repeated id included")
     r.set_defaults(func=run_receiver)
     s = roles.add_parser("sender")
     s.add_argument("--id", required=True)
@@ -176,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--rate", type=float, default=150.0)
     s.add_argument("--publish-every", type=int, default=10)
     s.add_argument("--sent", required=True)
+    s.add_argument("--window", type=int, default=0,
+                   help="sends in flight at most (0: each send waits for Kafka's ack)")
     s.set_defaults(func=run_sender)
     args = parser.parse_args(argv)
     return int(args.func(args))

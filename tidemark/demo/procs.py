@@ -24,17 +24,28 @@ class PeerProcess:
     """A ``python -m tidemark.demo.peer_proc`` child; its last status line is kept."""
 
     def __init__(self, name: str, argv: list[str], folder: Path,
-                 state_dir: str | None = None) -> None:
+                 state_dir: str | None = None, env: dict[str, str | None] | None = None,
+                 on_line: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """``env``: variables to set (None: to remove) for the child; ``on_line``: called
+        with every JSON line the child writes, in the reader thread."""
         self.name = name
         base = [sys.executable, "-m", "tidemark.demo.peer_proc"]
         if state_dir:
             base += ["--state-dir", state_dir]
         self.stderr_path = folder / f"{name}.err"
         self._err = self.stderr_path.open("a")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(base + argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
+        child = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for k, v in (env or {}).items():
+            if v is None:
+                child.pop(k, None)
+            else:
+                child[k] = v
+        self.on_line = on_line
+        self.spawned_at = time.time()  # wall clock, comparable with the lines' ``ts``
+        self.proc = subprocess.Popen(base + argv, cwd=ROOT, env=child, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._err, text=True)
         self.last: dict[str, Any] = {}
+        self.first: dict[str, dict[str, Any]] = {}  #: the first line of each kind (``t``)
         self.final: dict[str, Any] | None = None
         self.ready = threading.Event()
         self._changed = threading.Condition()
@@ -53,7 +64,12 @@ class PeerProcess:
                 doc = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(doc, dict):
+                continue
+            if self.on_line is not None:
+                self.on_line(doc)
             with self._changed:
+                self.first.setdefault(str(doc.get("t")), doc)
                 self.last = doc
                 if doc.get("t") == "ready":
                     self.ready.set()
