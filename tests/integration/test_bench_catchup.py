@@ -65,6 +65,10 @@ def test_bench_catchup_measures_a_restart_under_traffic(stack: LocalStack,
     assert r["cpu"]["core_s"]["peer"] > 0 and r["cpu"]["core_s"]["spark"] is not None
     assert r["load_before"] and r["load_after"]
     assert "raw_seconds" in json.loads((tmp_path / "summary.json").read_text())
-    assert "restart B" in proc.stderr and "B2 normal" in proc.stderr  # progress
+    # progress; on a loaded machine B2 may be normal only once the senders stopped (the run
+    # then misses its target, which this test does not judge)
+    assert "restart B" in proc.stderr
+    assert ("B2 normal" in proc.stderr) == r["normal_under_traffic"], proc.stderr
+    assert r["traffic_stopped_s"] > 0
     text = render(r)
     assert "time to normal after the restart" in text and "raw confluent-kafka" in text

@@ -12,7 +12,8 @@ RUN: dict[str, Any] = {
     "options": {"rate": 1000.0, "senders": 2, "window": 1000, "live_s": 5.0, "down_s": 60.0,
                 "after_s": 5.0, "dedup": False, "handler_ms": 0.0},
     "achieved_rate": 998.1, "down_s": 60.0, "sent_while_down": 59_886,
-    "backlog_records": 60_012, "normal_reached": True, "time_to_normal_s": 9.4,
+    "backlog_records": 60_012, "normal_reached": True, "normal_under_traffic": True,
+    "traffic_stopped_s": 14.4, "time_to_normal_s": 9.4,
     "time_to_normal_from_start_call_s": 8.1, "time_to_normal_sampled_s": 9.5,
     "stages_s": {"replay": 1.4, "handover": 6.0, "normal": 9.4},
     "held": {"peak_messages": 4_000, "peak_bytes": 52_000, "limit_messages": 10_000,
@@ -49,5 +50,11 @@ def test_each_target_missed_is_named() -> None:
     unknown["held"].update(limit_messages=None, within_bound=None)
     assert check_targets(unknown) == ["held-back bound not reported by the peer"]
     assert "no limit reported" in render(unknown)
-    bad = {**RUN, "lost": 2, "applied_twice": 1, "normal_reached": False}
+    bad = {**RUN, "lost": 2, "applied_twice": 1, "normal_reached": False,
+           "time_to_normal_s": None}
     assert len(check_targets(bad)) == 3
+    late = {**RUN, "normal_under_traffic": False, "traffic_stopped_s": 300.2,
+            "time_to_normal_s": 340.5}
+    assert check_targets(late)[0].startswith("not normal while the traffic went on (stopped"
+                                             " 300.2 s after the restart; normal after 340.5")
+    assert "NOT under the traffic: the senders stopped 300.2 s after" in render(late)

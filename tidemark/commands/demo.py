@@ -160,8 +160,10 @@ def register(commands: argparse._SubParsersAction[Any],
                         " off: the default peer settings (TIDEMARK_PEER_DEDUP_DIR ignored)")
     c.add_argument("--handler-ms", type=float, default=0.0,
                    help="each handler call sleeps this long (a slow consumer)")
-    c.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds the peer may take to reach normal, either start")
+    c.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds the peer may take to reach normal (either start); past it"
+                        " after the restart the senders stop, the peer catches up without"
+                        " traffic and the run misses its target")
     c.add_argument("--folder", default=None, help="ledgers, sent ids, logs and summary.json"
                                                   " (default: <state dir>/catchup)")
     c.add_argument("--check", action="store_true",
