@@ -13,9 +13,9 @@ format: :mod:`gossip.replay`.
 
 Two requests change the barrier: ``barrier`` (a retry on another replica keeps the barrier
 of the replay it resumes, so it does not wait for the queues again) and ``covered`` (the
-barrier is what the queues already cover, when they are behind the high watermark: no wait
-at all; the peer reads the rest from txlog itself, and the header's ``high_watermark``
-tells it how far the queues were behind).
+barrier is what the queues already cover, when they are behind the high watermark, offset 0
+when they have covered nothing yet: no wait at all; the peer reads the rest from txlog
+itself, and the header's ``high_watermark`` tells it how far the queues were behind).
 """
 
 from __future__ import annotations
@@ -206,9 +206,9 @@ class ReplayService:
         elif req["covered"]:
             # start on what the queues already cover: the peer reads the rest from txlog
             # (its handover), so it does not wait for the queues job to catch up
+            # (no QueueProgress yet: the job has covered nothing, so the tail is all of it)
             got = self.queue_progress(k)
-            if got is not None and got[0] < barrier:
-                barrier = got[0]
+            barrier = min(barrier, got[0] if got is not None else 0)
         lease = self.leases.grant({f"txlog/{k}": barrier}, self.gc_point(), req["lease_ms"],
                                   owner=peer)
         session = Session(peer, lease.pin, k, barrier, req["batch"], req["window"], req["rows"])
