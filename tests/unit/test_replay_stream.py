@@ -288,3 +288,38 @@ def test_entry_batches_raise_interrupted_with_the_last_offset(tmp_path: Path) ->
     stream.close(release=False)
     client.close()
     replica.close()
+
+
+def test_a_covered_replay_and_a_retry_do_not_wait_for_the_queues(replica: Replica) -> None:
+    """``covered``: the barrier is what the queues cover (the header says where txlog
+    ended); ``barrier`` (a retry) keeps the barrier asked for, at most the high watermark;
+    while a replica waits it tells the peer how far the queues are."""
+    replica.put(PEER, "m0", 5)
+    replica.put(PEER, "m1", 9_200)
+    replica.set_progress(9_000)
+    client = ReplicaClient()
+    stream = client.replay(replica.address, PEER, "test", covered=True, barrier_timeout_ms=300)
+    assert stream.barrier == 9_000 and stream.header["high_watermark"] == 10_000
+    assert [e.offset for e in stream.entries()] == [5] and stream.waiting is None
+    stream.close()
+    stream = client.replay(replica.address, PEER, "test", barrier=9_000, barrier_timeout_ms=300)
+    assert stream.barrier == 9_000 and [e.offset for e in stream.entries()] == [5]
+    stream.close()
+    replica.set_progress(10_000)
+    stream = client.replay(replica.address, PEER, "test", barrier=12_000)
+    assert stream.barrier == 10_000 and [e.offset for e in stream.entries()] == [5, 9_200]
+    stream.close()
+    replica.set_progress(9_500)
+    stream = client.replay(replica.address, PEER, "test", barrier_timeout_ms=1_500)
+    with pytest.raises(QueuesBehindError):
+        list(stream.entries())
+    assert stream.waiting is not None and not stream.streaming_entries
+    assert (stream.waiting["queue_progress"], stream.waiting["barrier"]) == (9_500, 10_000)
+    stream.close()
+    replica.store.db.delete(progress_key(K))  # the queues job has covered nothing yet
+    stream = client.replay(replica.address, PEER, "test", covered=True, barrier_timeout_ms=300)
+    assert stream.barrier == 0 and list(stream.entries()) == []
+    stream.close()
+    with pytest.raises(ReplayRefusedError):
+        list(client.replay(replica.address, PEER, "test", barrier=-3).entries())
+    client.close()
