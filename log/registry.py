@@ -173,6 +173,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("delivery_limit", "TIDEMARK_DELIVERY_LIMIT", "int", 5,
             "failed deliveries (DeliveryFailed records) after which the queues job moves a"
             " message to deadletter"),
+    Setting("queues_max_restarts", "TIDEMARK_QUEUES_MAX_RESTARTS", "int0", 0,
+            "restarts of a failed queues query (1 s backoff doubling to 30 s) before the job"
+            " exits 1; 0: unlimited"),
     Setting("spark_master", "TIDEMARK_SPARK_MASTER", "str", None,
             "Spark master (default local[2]; under spark-submit, its own)"),
     Setting("spark_conf", "TIDEMARK_SPARK_CONF", "str", "",

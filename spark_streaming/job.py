@@ -12,7 +12,8 @@ batches by :class:`~spark_streaming.pyspark_state.SparkMaps`) -> ``foreachBatch`
    ``next_offset`` = the highest applied offset + 1.
 
 A batch that is re-run after a crash reads the same offsets from the same state version and
-writes the same rows again, which is harmless.
+writes the same rows again, which is harmless. :func:`run_job` restarts a failed query by itself
+(:mod:`spark_streaming.supervisor`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from spark_streaming.queue_state import (
 )
 from spark_streaming.sink import BatchWriter
 from spark_streaming.state_groups import choose_groups
+from spark_streaming.supervisor import Supervisor, first_line
 from spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
 __all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
@@ -82,6 +84,11 @@ class JobOptions:
     state_groups: int | None = None
     #: Failed deliveries before a message goes to deadletter (``TIDEMARK_DELIVERY_LIMIT``).
     delivery_limit: int = field(default_factory=lambda: _env_limit())  # noqa: PLW0108
+    #: Restarts of a failed query before the job gives up (``TIDEMARK_QUEUES_MAX_RESTARTS``);
+    #: 0: unlimited.
+    max_restarts: int = 0
+    #: The supervisor's JSON status file (restart count, last error); None: none.
+    status_file: str | None = None
 
 
 def _env_limit() -> int:
@@ -229,8 +236,10 @@ def _processor(ttl: Ttl) -> Any:
     return QueueProcessor()
 
 
-def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
-    """Start the streaming query (returns the ``StreamingQuery``)."""
+def start_query(spark: Any, settings: Settings, options: JobOptions,
+                writer: BatchWriter | None = None) -> Any:
+    """Start the streaming query (returns the ``StreamingQuery``); ``writer`` is its
+    ``foreachBatch`` sink (a new one if not given)."""
     source = spark.readStream.format("kafka").options(**kafka_options(settings)) \
         .option("subscribe", settings.topic("txlog")) \
         .option("startingOffsets", options.starting_offsets) \
@@ -253,7 +262,8 @@ def start_query(spark: Any, settings: Settings, options: JobOptions) -> Any:
         outputMode="Update", timeMode="None")
     return out.writeStream.queryName(options.query_name).outputMode("update") \
         .option("checkpointLocation", options.checkpoint) \
-        .trigger(processingTime=options.trigger).foreachBatch(BatchWriter(settings)).start()
+        .trigger(processingTime=options.trigger) \
+        .foreachBatch(writer or BatchWriter(settings)).start()
 
 
 def check_topics(settings: Settings) -> int:
@@ -275,15 +285,18 @@ def check_topics(settings: Settings) -> int:
 
 
 def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
-    """Run until SIGTERM/SIGINT (graceful stop, exit 0) or a query failure (raises).
+    """Run until SIGTERM/SIGINT (graceful stop, exit 0); a failed query is started again from
+    its checkpoint after a backoff (:class:`~spark_streaming.supervisor.Supervisor`). Raises
+    :class:`QueryFailedError` when the Spark JVM is gone or ``options.max_restarts`` is spent.
 
-    ``ready``, if given, is called with the ``StreamingQuery`` once it runs (for embedding).
+    ``ready``, if given, is called with the ``StreamingQuery`` each time it (re)starts.
     """
     check_topics(settings)
     started = time.monotonic()
     logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
-    spark = build_session(settings, options)
+    session = {"spark": build_session(settings, options)}
     stop = {"requested": False}
+    writer = BatchWriter(settings)  # one producer per process; reset after a failure
 
     def on_signal(signum: int, frame: Any) -> None:  # noqa: ARG001 - signal API
         stop["requested"] = True
@@ -292,43 +305,105 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     except ValueError:  # not the main thread
         previous = {}
-    try:
-        query = start_query(spark, settings, options)
-        print(f"tidemark: queues job running ({time.monotonic() - started:.1f}s to start;"
-              f" txlog {settings.topic('txlog')}, checkpoint {options.checkpoint})",
-              file=sys.stderr, flush=True)
+    supervisor = Supervisor(Path(options.status_file) if options.status_file else None,
+                            max_restarts=options.max_restarts)
+
+    def start() -> Any:
+        try:
+            return start_query(session["spark"], settings, options, writer)
+        except TidemarkError:
+            raise
+        except Exception as exc:  # py4j / Spark analysis errors: restarted like a failure
+            if type(exc).__name__ in ("AnalysisException", "IllegalArgumentException") \
+                    and not supervisor.restarts:
+                # the first start: a checkpoint or plan the job cannot use, one line, exit 1
+                raise QueryFailedError(f"the queues query failed: {first_line(exc)}") from exc
+            raise
+
+    def recover(error: str) -> None:
+        writer.reset()
+        state = _session_state(session["spark"])
+        if state == "ok":
+            _reset_python_workers(session["spark"])
+        elif state == "stopped":  # the SparkContext stopped itself; its JVM still answers
+            log.warning("the Spark session was stopped; starting a new one")
+            _quietly(session["spark"].stop)
+            session["spark"] = build_session(settings, options)
+        elif state == "dead":
+            raise QueryFailedError(f"the queues query failed and the Spark JVM is gone: {error}")
+
+    first = {"start": True}
+
+    def on_ready(query: Any) -> None:
+        if first.pop("start", False):
+            print(f"tidemark: queues job running ({time.monotonic() - started:.1f}s to start;"
+                  f" txlog {settings.topic('txlog')}, checkpoint {options.checkpoint})",
+                  file=sys.stderr, flush=True)
+        else:
+            log.warning("queues query restarted; restarts=%d", supervisor.restarts)
         if ready is not None:
             ready(query)
-        last_batch = -1
-        profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
-        while not stop["requested"]:
-            if query.awaitTermination(0.5):
-                break
-            if profile:
-                last_batch = _profile_progress(query, last_batch, profile)
-            elif log.isEnabledFor(logging.DEBUG):
-                last_batch = _log_progress(query, last_batch)
-        if stop["requested"]:
-            _quietly(query.stop)  # the JVM shares our process group and may be exiting too
-            return 0
-        exc = query.exception()
-        if exc is not None:
-            raise QueryFailedError(f"the queues query failed: {str(exc).splitlines()[0][:400]}")
-        return 0
-    except TidemarkError:
-        raise
-    except Exception as exc:  # py4j / Spark analysis errors: one readable line
-        if stop["requested"]:  # SIGTERM reached the JVM too; it stopped on its own
-            return 0
-        if type(exc).__name__ in ("StreamingQueryException", "AnalysisException",
-                                  "Py4JJavaError", "IllegalArgumentException"):
-            raise QueryFailedError(f"the queues query failed: {str(exc).splitlines()[0][:400]}") \
-                from exc
-        raise
+
+    last_batch = {"id": -1}
+    profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
+
+    def poll(query: Any) -> None:
+        if profile:
+            last_batch["id"] = _profile_progress(query, last_batch["id"], profile)
+        elif log.isEnabledFor(logging.DEBUG):
+            last_batch["id"] = _log_progress(query, last_batch["id"])
+
+    def stop_query(query: Any) -> None:
+        _quietly(query.stop)  # the JVM shares our process group and may be exiting too
+
+    try:
+        return supervisor.run(start, stopping=lambda: stop["requested"], recover=recover,
+                              stop=stop_query, poll=poll, ready=on_ready)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        _quietly(spark.stop)
+        _quietly(session["spark"].stop)
+
+
+def _session_state(spark: Any) -> str:
+    """``ok`` (the SparkContext runs: start the query again in it), ``stopped`` (the context
+    stopped, the JVM still answers: a new session) or ``dead`` (the JVM is gone)."""
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead gateway logs tracebacks
+    try:
+        return "stopped" if spark.sparkContext._jsc.sc().isStopped() else "ok"
+    except Exception:  # Py4JNetworkError, ConnectionError...: the JVM exited
+        return "dead"
+    finally:
+        logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
+
+
+def _reset_python_workers(spark: Any) -> int:
+    """Stop the JVM's Python worker factories (their daemon and idle workers); the next task
+    starts a new daemon. Returns how many were stopped (0 if Spark's internals differ).
+
+    Spark 4.0 keeps idle Python workers for reuse; when the daemon that forked them was killed,
+    each dead idle worker fails one later task (``PythonWorkerFactory.create`` discards it by
+    writing to the dead daemon's stdin: ``IOException: Stream closed``), so one kill became
+    one query failure per pooled worker. ``PythonWorkerFactory.stop()`` is public, the map of
+    factories in ``SparkEnv`` is not: it is read by reflection, best effort.
+    """
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    try:
+        env = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get()
+        field = env.getClass().getDeclaredField("pythonWorkers")
+        field.setAccessible(True)
+        factories = field.get(env).values().iterator()
+        stopped = 0
+        while factories.hasNext():
+            factories.next().stop()
+            stopped += 1
+        log.info("stopped %d Python worker factory(ies) before the restart", stopped)
+        return stopped
+    except Exception as exc:  # another Spark version: the restarted query copes as it can
+        log.info("could not reset the Python workers: %s", first_line(exc, 200))
+        return 0
+    finally:
+        logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
 
 
 def _log_progress(query: Any, last_batch: int) -> int:

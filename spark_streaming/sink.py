@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from log.codec import default_codec
-from log.exceptions import CodecError, OversizedMessageError
+from log.exceptions import CodecError, OversizedMessageError, TidemarkError
 from log.producer import LogProducer
 from log.settings import Settings
 from spark_streaming.fetch import read_offsets
@@ -49,6 +49,18 @@ class BatchWriter:
         if self._producer is None:
             self._producer = LogProducer(self.settings)
         return self._producer
+
+    def reset(self, timeout_s: float = 5.0) -> None:
+        """After a failed query: flush what the producer still holds (briefly; a failure is
+        only logged, the re-run batch writes the same rows again) and drop it, so that the
+        restarted query's batches start with a fresh producer and no stale delivery error."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
+            producer.flush(timeout_s)
+        except TidemarkError as exc:
+            log.info("before the restart: %s", exc)
 
     def _dead(self, key: bytes | None, value: bytes | None, reason: str, part: int,
               offset: int) -> None:

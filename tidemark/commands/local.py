@@ -52,8 +52,9 @@ def _local_status(args: argparse.Namespace) -> int:
     if status["spark"]:
         rows.append(("spark", {**status["spark"], "address": "-"}))
     for name, row in rows:
+        restarts = f" (query restarted {row['restarts']}x)" if row.get("restarts") else ""
         print(f"  {name:<10} {row['address'] or '-':<22} pid {row['pid'] or '-':<8} "
-              f"{'up' if row['up'] else 'DOWN'}")
+              f"{'up' if row['up'] else 'DOWN'}{restarts}")
     return 0
 
 

@@ -40,9 +40,20 @@ def _run(args: argparse.Namespace) -> int:
         master=None if (under_submit and not args.master) else (args.master or "local[2]"),
         driver_memory=args.driver_memory, log_level=args.spark_log_level,
         fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions,
-        state_groups=args.state_groups)
+        state_groups=args.state_groups, max_restarts=args.max_restarts,
+        status_file=_status_file(args))
     return run_job(settings, options,
                    ready=_touch(Path(args.ready_file)) if args.ready_file else None)
+
+
+def _status_file(args: argparse.Namespace) -> str | None:
+    """``--status-file``, else ``supervisor.json`` next to ``--ready-file``, else none."""
+    from spark_streaming.supervisor import STATUS_NAME
+    if args.status_file:
+        return str(args.status_file)
+    if args.ready_file:
+        return str(Path(args.ready_file).with_name(STATUS_NAME))
+    return None
 
 
 def _touch(path: Path) -> Callable[[Any], None]:
@@ -111,6 +122,10 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ready-file", default=None, metavar="PATH",
                         help="create PATH once the streaming query runs (the local stack"
                              " waits for it)")
+    env_flag(parser, "--max-restarts", "queues_max_restarts")
+    parser.add_argument("--status-file", default=None, metavar="PATH",
+                        help="JSON file with the supervisor's restart count and last error"
+                             " (default: supervisor.json next to --ready-file, if given)")
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

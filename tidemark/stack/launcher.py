@@ -34,6 +34,7 @@ from log import jvm, registry
 from log.exceptions import ClusterLaunchError
 from log.settings import Settings, default_state_dir, load_settings
 from log.topics import ensure_topics
+from spark_streaming.supervisor import STATUS_NAME, read_status
 from tidemark.stack.processes import (
     free_ports,
     is_alive,
@@ -305,8 +306,17 @@ class LocalStack:
             "state_dir": str(self.state_dir),
             "brokers": [row(s, int(s.name.split("-")[1])) for s in self.processes("broker")],
             "replicas": [row(s, s.name) for s in self.processes("replica")],
-            "spark": ({"pid": spark[0].pid, "up": self.alive(spark[0])} if spark else None),
+            "spark": ({"pid": spark[0].pid, "up": self.alive(spark[0]),
+                       "restarts": self._query_restarts(spark[0])} if spark else None),
         }
+
+    def _query_restarts(self, spec: ProcessSpec) -> int:
+        """Restarts of the job's streaming query by the job itself (its ``supervisor.json``,
+        next to its ready file), 0 when the file is from another process or missing."""
+        if not spec.ready_file:
+            return 0
+        status = read_status(Path(spec.ready_file).with_name(STATUS_NAME)) or {}
+        return int(status.get("restarts", 0)) if status.get("pid") == spec.pid else 0
 
 
 def _listener_lines(port: int, cport: int, broker_user: tuple[str, str] | None) -> list[str]:
