@@ -306,7 +306,8 @@ class PeerCore(Sending, Acking):
                            error_kind="stopping")
             return out
         if messages and not self.inbox.hold_room(
-                len(messages), sum(len(m["payload"]) for m in messages)):
+                len(messages), sum(len(m["payload"]) for m in messages),
+                [m["message_id"] for m in messages if m["persistent"]]):
             held = self.inbox.held
             out.update(error=f"peer {self.peer_id} is replaying and holds {len(held)} live"
                              f" message(s) ({held.bytes} bytes) back, its limit: send through"

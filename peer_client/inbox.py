@@ -138,7 +138,7 @@ class Inbox:
     def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
         """Decide under the lock and count; None when the message is held or dropped for
         good, else a FAIL, a RUN or a DROP ``completed`` (to be acked) to act on."""
-        if env.replay and self.held:
+        if env.replay and self.held.watching:
             self.held.seen(env.message_id)
         return self._count(env, decide(env, phase, self.environment, self.dedup, self.handlers,
                                        self.completed))
@@ -186,12 +186,12 @@ class Inbox:
         stopped = phase in STOPPED_PHASES
         live_held = phase is Phase.REPLAY  # live messages are held back during replay
         check, handler_of = dedup.check_and_add, handlers.get
-        held = self.held
+        held = self.held if self.held.watching else None
         todo: list[_Todo] = []
         append = todo.append
         runs = dups = 0
         for env in envs:
-            if held and env.replay:
+            if held is not None and env.replay:
                 held.seen(env.message_id)  # its held copy is superseded by this logged one
             if (completed is None and not stopped and env.environment == environment
                     and (env.replay or not live_held)):
@@ -408,26 +408,33 @@ class Inbox:
         while True:
             with self._lock:
                 if not self.held:
+                    self.held.forget_refused()
                     self.phase = phase
                     return
                 held = self.held.take()
             for env in held:
                 self.accept(env, phase)
 
-    def hold_room(self, n: int, nbytes: int) -> bool:
+    def hold_room(self, n: int, nbytes: int, persistent_ids: Sequence[str] = ()) -> bool:
         """Whether a direct batch of ``n`` messages (``nbytes`` of payload) may be held back
-        now; counts them as refused if not. True outside replay (nothing is held then)."""
+        now; counts them as refused if not (and remembers ``persistent_ids`` until their
+        logged copies go by). True outside replay (nothing is held then)."""
         with self._lock:
             if self.phase is not Phase.REPLAY or self.held.room(n, nbytes):
                 return True
-            self.held.refuse(n)
+            self.held.refuse(n, persistent_ids)
             self.stats["refused_held_full"] += n
             return False
 
-    def held_unseen(self) -> list[Envelope]:
-        """Held-back persistent messages whose logged copy has not gone by (a snapshot)."""
+    def held_unseen(self) -> int:
+        """Held-back or refused persistent messages whose logged copy has not gone by."""
         with self._lock:
-            return self.held.persistent()
+            return self.held.unseen()
+
+    def forget_refused(self) -> None:
+        """The handover stops waiting for refused messages' logged copies."""
+        with self._lock:
+            self.held.forget_refused()
 
     def held_status(self) -> dict[str, Any]:
         """The held-back list's counts (``Peer.status()["held"]``)."""

@@ -436,8 +436,9 @@ class ReplicaReplayer:
             unseen = core.inbox.held_unseen()
             if not unseen:
                 return
-        log.info("peer %s: %d held-back live message(s) not in txlog yet after %d rounds;"
-                 " releasing them", core.peer_id, len(unseen), self.handover_rounds)
+        core.inbox.forget_refused()
+        log.info("peer %s: %d held-back or refused live message(s) not in txlog yet after %d"
+                 " rounds; releasing them", core.peer_id, unseen, self.handover_rounds)
 
     def halt(self) -> None:
         """Stop dispatching (the peer is stopping); :meth:`close` releases the rest."""

@@ -86,7 +86,7 @@ def test_each_message_is_handled_once_whatever_the_window(
             if n in arrived:
                 continue  # delivered directly once, before its logged copy
             arrived.add(n)
-            if inbox.hold_room(1, len(_PAYLOAD[n])):
+            if inbox.hold_room(1, len(_PAYLOAD[n]), [f"m{n}"]):
                 inbox.accept(_env(n, replay=False))
             else:
                 refused.append(n)
@@ -94,9 +94,12 @@ def test_each_message_is_handled_once_whatever_the_window(
             assert inbox.held.bytes <= max(limit_bytes, max(len(p) for p in _PAYLOAD.values()))
         elif n not in logged:  # (a copy read twice, by a retry, is the dedup window's case)
             log_copy(n)
+    # the handover waits for every held or refused message's logged copy
+    assert inbox.held_unseen() == len(inbox.held) + len([n for n in refused if n not in logged])
     for n in refused:  # the handover reads them from the log before the release
         if n not in logged:
             log_copy(n)
+    assert inbox.held_unseen() == len(inbox.held)
     inbox.release(Phase.NORMAL)
     counts = Counter(handled)
     assert set(counts) == {f"m{n}" for n in arrived}, "lost (or invented) a message"
