@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 STATE  ?= $(CURDIR)/.tidemark
 PYTEST_ARGS ?=
 
-.PHONY: install jars test lint demo soak bench clean down
+.PHONY: install jars test lint demo soak load bench clean down
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "python3.11 not found: install Python 3.11"; exit 1; }
@@ -34,6 +34,11 @@ lint: install
 
 soak: install jars
 	$(PY) -m pytest -m soak -p no:cacheprovider $(PYTEST_ARGS)
+
+# restarts under load (3 senders at 1,200 msgs/s, kills) and bench catchup: ~15 min, so a
+# group of their own, which .ci/run runs after `make test`
+load: install jars
+	$(PY) -m pytest -m load -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: install jars
 	@TIDEMARK_STATE_DIR=$(STATE) bash scripts/demo.sh

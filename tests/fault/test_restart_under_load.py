@@ -43,7 +43,7 @@ from tidemark.stack.replicas import plan
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_replica_support import replicas_and_job  # noqa: E402
 
-pytestmark = [pytest.mark.fault, pytest.mark.spark, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.fault, pytest.mark.spark, pytest.mark.load, pytest.mark.timeout(1200)]
 
 #: n = sender index * STRIDE + that sender's sequence number
 STRIDE = 10_000_000

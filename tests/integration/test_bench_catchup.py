@@ -19,7 +19,8 @@ from tidemark.demo.catchup_bench import NEEDS, render
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan as spark_plan
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.load,
+              pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
