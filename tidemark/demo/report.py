@@ -56,6 +56,8 @@ def render(r: dict[str, Any]) -> str:
         rows.append(("replica status", r["status_error"]))
     width = max(len(k) for k, _ in rows)
     lines = [f"  {k:<{width}}  {v}" for k, v in rows]
-    verdict = ("PASS: lost = 0, nothing applied twice, replayed > 0" if r["ok"] else
-               "FAIL: lost > 0, something applied twice, or nothing replayed")
+    verdict = ("PASS: lost = 0, nothing applied twice, in order, missed messages came back"
+               " from the log" if r["ok"] else
+               "FAIL: lost > 0, something applied twice, out of order, or nothing came back"
+               " from the log")
     return "\n".join(["", "== summary", *lines, "", verdict, f"(files in {r['folder']})"])
