@@ -83,7 +83,8 @@ def run_receiver(args: argparse.Namespace) -> int:
     from peer_client.replay import ReplicaReplayer
     from tidemark.demo.ledger import Handled, Ledger
     settings = load_settings(state_dir=args.state_dir)
-    ledger = Ledger(Path(args.ledger), keep_repeats=args.keep_repeats)
+    ledger = Ledger(Path(args.ledger), keep_repeats=args.keep_repeats,
+                    fsync=not args.no_fsync)
     peer = Peer(args.id, None, settings, PeerOptions(heartbeat_ms=500, dead_after_ms=5000,
                                                      dedup_dir=args.dedup_dir),
                 replayer=ReplicaReplayer(settings))
@@ -206,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder of the persisted dedup store (default: TIDEMARK_PEER_DEDUP_DIR)")
     r.add_argument("--handler-ms", type=float, default=0.0,
                    help="each handler call sleeps this long before recording the message")
+    r.add_argument("--no-fsync", action="store_true",
+                   help="write ledger lines without fsync (they survive a SIGKILL of this"
+                        " process, not a machine crash)")
     r.add_argument("--keep-repeats", action="store_true",
                    help="write a ledger line for every handler call, a repeated id included")
     r.set_defaults(func=run_receiver)
