@@ -215,6 +215,21 @@ def acked_before(settings: Settings, peer_id: str, end: int) -> set[str]:
     return out
 
 
+def stop_and_drain(traffic: Traffic, record: Path) -> set[str]:
+    """Stop the senders; once every confirmed id is in the handler record, those ids."""
+    confirmed = traffic.stop()
+    wait_for(lambda: {m for _, m, _ in done_rows(record)} >= confirmed, 600, 0.5,
+             "every confirmed message handled by B2")
+    return confirmed
+
+
+def close_all(*parts: LoadPeer | Traffic | None) -> None:
+    """Close the peer processes and the senders that were started."""
+    for part in parts:
+        if part is not None:
+            part.close()
+
+
 def check_history(rows: list[tuple[str, str, int]], confirmed: set[str],
                   redeliverable: set[str]) -> dict[str, Any]:
     """The checker: nothing confirmed lost; no id handled twice by one incarnation; an id
@@ -294,17 +309,11 @@ def test_restart_under_load_with_the_serving_replica_killed(
         killed = ""
         live_from = traffic.sent
         wait_for(lambda: traffic.sent >= live_from + 5000, 120, 0.2, "traffic to B2, live")
-        confirmed = traffic.stop()
-        wait_for(lambda: {m for _, m, _ in done_rows(record)} >= confirmed, 600, 0.5,
-                 "every confirmed message handled by B2")
+        confirmed = stop_and_drain(traffic, record)
         st = b2.status()
         b2.stop()
     finally:
-        for p in (b1, b2):
-            if p is not None:
-                p.close()
-        if traffic is not None:
-            traffic.close()
+        close_all(b1, b2, traffic)
         if killed:
             s.up(extra=[lambda st_: plan(st_, "2x2")], timeout_s=120)
     rows = done_rows(record)
@@ -349,16 +358,10 @@ def test_a_start_that_fails_in_the_handover_stops_every_handler(
         b2 = LoadPeer(s, peer_id, record, tmp_path, dedup_dir)
         inc2 = b2.ready()
         wait_for(lambda: b2.status()["phase"] == "normal", 300, 0.2, "B2 normal")
-        confirmed = traffic.stop()
-        wait_for(lambda: {m for _, m, _ in done_rows(record)} >= confirmed, 600, 0.5,
-                 "every confirmed message handled by B2")
+        confirmed = stop_and_drain(traffic, record)
         b2.stop()
     finally:
-        for p in (b1, b2):
-            if p is not None:
-                p.close()
-        if traffic is not None:
-            traffic.close()
+        close_all(b1, b2, traffic)
     lines = handled(record)
     returned = next(i for i, (kind, inc, _, _) in enumerate(lines)
                     if kind == "returned" and inc == inc1)
