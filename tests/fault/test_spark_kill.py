@@ -7,16 +7,13 @@ and ``status`` are exercised as ``tidemark local kill spark`` / ``local status``
 
 from __future__ import annotations
 
-import json
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from log.load import generate_load
-from log.topics import delete_topic_set, ensure_topics
+from log.topics import ensure_topics
 from spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
 from spark_streaming.runner import expected_queues
 from tests.support import wait_for
@@ -26,20 +23,13 @@ from tidemark.stack.spark import plan
 pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(420)]
 
 
+TOPIC_LETTER = "k"  # the topic prefix of this module's stack (tests/fault/conftest.py)
+
+
 @pytest.fixture
-def stack(tmp_path: Path, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
-    folder = tmp_path / "stack"
-    folder.mkdir()
-    (folder / "state.json").write_text(json.dumps({"bootstrap": bootstrap, "processes": {},
-                                                   "external": True}))
-    monkeypatch.setenv("TIDEMARK_TOPIC_PREFIX", f"k{uuid.uuid4().hex[:8]}.")
-    monkeypatch.setenv("TIDEMARK_PARTITIONS", "4")
-    s = LocalStack(folder)
-    try:
-        yield s
-    finally:
-        s.down(grace_s=20)
-        delete_topic_set(s.settings())
+def stack(external_stack: LocalStack) -> LocalStack:
+    """The folder's external stack (tests/fault/conftest.py)."""
+    return external_stack
 
 
 

@@ -20,20 +20,17 @@ instead: the test checks the supervision, not the machine.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from log.load import generate_load
 from log.offsets import end_offsets
-from log.topics import delete_topic_set, ensure_topics
+from log.topics import ensure_topics
 from spark_streaming.depth import ProgressTracker, read_queues
 from spark_streaming.runner import expected_queues
 from spark_streaming.supervisor import STATUS_NAME, read_status
@@ -51,20 +48,13 @@ WORKER_MARKS = (b"spark_streaming.pydaemon", b"spark_streaming/pydaemon.py", b"p
 RECOVERY_S = 30.0
 
 
+TOPIC_LETTER = "w"  # the topic prefix of this module's stack (tests/fault/conftest.py)
+
+
 @pytest.fixture
-def stack(tmp_path: Path, bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStack]:
-    folder = tmp_path / "stack"
-    folder.mkdir()
-    (folder / "state.json").write_text(json.dumps({"bootstrap": bootstrap, "processes": {},
-                                                   "external": True}))
-    monkeypatch.setenv("TIDEMARK_TOPIC_PREFIX", f"w{uuid.uuid4().hex[:8]}.")
-    monkeypatch.setenv("TIDEMARK_PARTITIONS", "4")
-    s = LocalStack(folder)
-    try:
-        yield s
-    finally:
-        s.down(grace_s=20)
-        delete_topic_set(s.settings())
+def stack(external_stack: LocalStack) -> LocalStack:
+    """The folder's external stack (tests/fault/conftest.py)."""
+    return external_stack
 
 
 def _processes() -> dict[int, tuple[int, bytes, int]]:
