@@ -3,9 +3,23 @@
 This is the composition root. The components (``log``, ``gossip``, ``replica``,
 ``spark_streaming``, ``peer_client``) export plain functions and classes and never import this
 package; it wires them into commands (:mod:`tidemark.commands`) and starts them as processes
-of a local stack (:mod:`tidemark.stack`).
+of a local stack (:mod:`tidemark.stack`). Importing the package loads none of that (a peer
+process started as ``python -m tidemark.demo.peer_proc`` does not pay for the whole CLI):
+``main`` and ``build_parser`` are loaded on first use.
 """
 
-from tidemark.console import build_parser, main
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidemark.console import build_parser, main
 
 __all__ = ["main", "build_parser"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from tidemark import console
+        return getattr(console, name)
+    raise AttributeError(f"module 'tidemark' has no attribute {name!r}")
