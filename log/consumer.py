@@ -55,7 +55,15 @@ class LogConsumer:
 
     def consume_batch(self, max_records: int = 10000, timeout: float = 0.5) -> list[Message]:
         """Up to ``max_records`` records; transient errors are skipped, fatal ones raised."""
-        msgs = self._consumer.consume(max_records, timeout)
+        return self._records(self._consumer.consume(max_records, timeout))
+
+    def records_ready(self, max_records: int = 10000, timeout: float = 0.5) -> list[Message]:
+        """:meth:`consume_ready` (waits for the first record only) with the errors of
+        :meth:`consume_batch` (transient ones skipped, fatal ones raised)."""
+        return self._records(self.consume_ready(max_records, timeout))
+
+    @staticmethod
+    def _records(msgs: list[Message]) -> list[Message]:
         out = []
         for msg in msgs:
             err = msg.error()

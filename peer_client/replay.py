@@ -87,7 +87,8 @@ def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end:
         consumer.assign({("txlog", partition): first})
         position = first
         while position < end:
-            for msg in consumer.consume_batch(5000, 0.5):
+            # records_ready: a partial batch (the stretch's last) is not waited out
+            for msg in consumer.records_ready(5000, 0.5):
                 off = msg.offset()
                 if off is None:
                     continue
@@ -164,7 +165,8 @@ class TxlogFollower:
         """Consume one batch and dispatch its Sends to this peer as one batch (decided under
         one lock, run per sender); returns how many records were read."""
         with self._lock:
-            msgs = self.consumer.consume_batch(2000, timeout)
+            # records_ready: while catching up, a batch short of 2000 is not waited out
+            msgs = self.consumer.records_ready(2000, timeout)
             core, key, mark, decode = self.core, self._key, self._mark, self._reader.decode
             catching_up, peer_id, partition = self.catching_up, core.peer_id, self.partition
             envs: list[Envelope] = []
