@@ -15,13 +15,13 @@ $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "python3.11 not found: install Python 3.11"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,test,lint]'
+	$(PY) -m pip install -q -e '.[all,test,lint]'
 	@touch $@
 
 install: $(STAMP)
 
 jars: $(STAMP)
-	@$(PY) -m log.jvm
+	@$(PY) -m tidemark.log.jvm
 
 test: install jars
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,8 +1,8 @@
 """Who may call what on a replica node: the cluster secret and the method sets.
 
-Members of the cluster (nodes, and any process that loaded the cluster file: the CLI, tools,
-tests) sign their calls with the cluster secret (:func:`sign_request`); peers present peer
-tokens (:mod:`gossip.peer_auth`). :mod:`gossip.service` applies both on either side.
+Members of the cluster (nodes, and any process that loaded the cluster file: the CLI, tools, tests)
+sign their calls with the cluster secret (:func:`sign_request`); peers present peer tokens
+(:mod:`tidemark.gossip.peer_auth`). :mod:`tidemark.gossip.service` applies both on either side.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["CLUSTER_METHODS", "PEER_METHODS", "WAIT_METHODS", "MAX_SKEW_S",
 #: :data:`MAX_SKEW_S`.
 CLUSTER_METHODS = frozenset({"Gossip", "Status", "Digest", "Fetch"})
 #: Methods acting on one peer's queue or pins. With a cluster secret and an environment, a
-#: node serves them only to a peer token of this environment (:mod:`gossip.peer_auth`)
+#: node serves them only to a peer token of this environment (:mod:`tidemark.gossip.peer_auth`)
 #: naming the peer concerned (``Replay``: the request's ``peer``; pins: their owner, checked
 #: in ``replica.leases``), or to a cluster member's signed call (unary ones).
 PEER_METHODS = frozenset({"Replay", "Pin", "RenewPin", "Unpin"})

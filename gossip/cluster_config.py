@@ -15,11 +15,11 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from log.consumer import LogConsumer
-from log.exceptions import CodecError
-from log.offsets import end_offsets
-from log.producer import LogProducer
-from log.settings import Settings
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.exceptions import CodecError
+from tidemark.log.offsets import end_offsets
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
 
 __all__ = ["Partition", "Epoch", "validate", "fold", "ConfigLog", "append_epoch", "TOPICS"]
 
@@ -177,7 +177,7 @@ def append_epoch(settings: Settings, epoch: Epoch) -> None:
     """Append a candidate epoch (whether it wins is decided by :func:`fold`)."""
     problem = validate(epoch)
     if problem:
-        from gossip.exceptions import EpochError
+        from tidemark.gossip.exceptions import EpochError
         raise EpochError(f"epoch {epoch.epoch} is invalid: {problem}")
     producer = LogProducer(settings)
     producer.produce("config", str(epoch.epoch), "ClusterConfig", epoch.to_record(), partition=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gossip.interval_map import IntervalMap
+from tidemark.gossip.interval_map import IntervalMap
 
 __all__ = ["intersect", "unrecoverable", "find_source", "without_losses"]
 

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.exceptions import GossipError
-from gossip.interval_map import IntervalMap
-from gossip.stable_cut import ReplicaView
-from log.codec import default_codec
-from log.exceptions import CodecError
+from tidemark.gossip.exceptions import GossipError
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.gossip.stable_cut import ReplicaView
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError
 
 __all__ = ["PartitionRanges", "NodeState", "cut_entries", "cut_from_entries"]
 

@@ -9,12 +9,12 @@ own token (``tidemark peer token PEER``), never a key. A token issuer that shoul
 cluster member can be given :func:`peer_signing_key` of one environment only.
 
 :func:`authorize_peer` is the whole decision, pure (no I/O, the time is an argument): it
-raises :class:`~gossip.exceptions.PeerAuthError` (UNAUTHENTICATED: no token, malformed,
-bad signature, expired) or :class:`~gossip.exceptions.PeerForbiddenError`
+raises :class:`~tidemark.gossip.exceptions.PeerAuthError` (UNAUTHENTICATED: no token, malformed,
+bad signature, expired) or :class:`~tidemark.gossip.exceptions.PeerForbiddenError`
 (PERMISSION_DENIED: another environment, another peer) and returns the claims otherwise.
 :func:`check_owner` applies the same rule to a pin whose owner is only known deep in the
 node (``replica.leases``), through the caller of the gRPC call being served
-(:func:`serving_peer`, set by :mod:`gossip.service`).
+(:func:`serving_peer`, set by :mod:`tidemark.gossip.service`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from gossip.exceptions import PeerAuthError, PeerForbiddenError
-from log import registry
-from log.exceptions import ConfigError
-from log.partitioner import partition_for_peer
-from log.settings import default_state_dir, read_toml
+from tidemark.gossip.exceptions import PeerAuthError, PeerForbiddenError
+from tidemark.log import registry
+from tidemark.log.exceptions import ConfigError
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import default_state_dir, read_toml
 
 __all__ = ["PeerClaims", "TOKEN_KEY", "peer_signing_key", "issue_token", "parse_token",
            "verify_token", "authorize_peer", "check_owner", "serving_peer", "serving_as",

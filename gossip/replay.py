@@ -11,10 +11,10 @@ partition, node: sent once pinned, before the queues are awaited), ``W`` + JSON
 (``queue_progress``, ``barrier``, ``waited_ms``: about every second while the queues have
 not reached the barrier), ``E`` + ``>III`` (batch number, unacked when the batch started,
 unacked after this message) + records ``>QI`` (txlog offset, length) + the entry as stored
-(its replay row, :mod:`gossip.replay_rows`, or QueueEntry bytes), and a last ``C`` + JSON
+(its replay row, :mod:`tidemark.gossip.replay_rows`, or QueueEntry bytes), and a last ``C`` + JSON
 (``replay complete up to barrier B``), after which the replica keeps the call open until
 the peer closes its side. Errors end the stream with a gRPC status whose trailing metadata
-``tidemark-error`` names the :mod:`gossip.exceptions` class. :class:`ReplayStream` is the
+``tidemark-error`` names the :mod:`tidemark.gossip.exceptions` class. :class:`ReplayStream` is the
 peer's handle on one replay.
 """
 
@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from gossip.exceptions import (
+from tidemark.gossip.exceptions import (
     REPLAY_ERRORS,
     NodeUnreachableError,
     ReplayError,
@@ -73,8 +73,8 @@ def request_peer(first: bytes | None) -> str | None:
 
 class ReplayEntry(NamedTuple):
     """One replayed queue entry: its txlog offset and the entry as stored, a replay row
-    (:mod:`gossip.replay_rows`) or QueueEntry bytes (:func:`gossip.replay_rows.entry_record`
-    reads both)."""
+    (:mod:`tidemark.gossip.replay_rows`) or QueueEntry bytes
+    (:func:`tidemark.gossip.replay_rows.entry_record` reads both)."""
 
     offset: int
     value: bytes
@@ -245,9 +245,9 @@ class ReplayStream:
     # ---- the response side -----------------------------------------------------------------
     def entries(self) -> Iterator[ReplayEntry]:
         """The queue's entries in txlog order, up to the barrier. Raises
-        :class:`~gossip.exceptions.QueuesBehindError` if the queues do not reach the barrier
-        in time, :class:`~gossip.exceptions.ReplayInterruptedError` if the replica goes
-        away (retry elsewhere with ``after_offset=stream.last_offset`` and dedup)."""
+        :class:`~tidemark.gossip.exceptions.QueuesBehindError` if the queues do not reach the
+        barrier in time, :class:`~tidemark.gossip.exceptions.ReplayInterruptedError` if the replica
+        goes away (retry elsewhere with ``after_offset=stream.last_offset`` and dedup)."""
         frames = self._frames()
         try:
             for rows in frames:

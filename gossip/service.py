@@ -1,10 +1,10 @@
 """The replica service ``tidemark.Replica`` over gRPC, both sides, without protoc.
 
 Methods carry raw bytes: ``Gossip`` takes and returns a NodeState (Avro single-object bytes);
-``Status``, ``Digest``, ``Pin``, ``RenewPin`` and ``Unpin`` take and return JSON; ``Fetch``
-returns a compact record list (:func:`pack_records`). ``Replay`` is a bidirectional stream
-(:mod:`gossip.replay`). Replica nodes serve it with :func:`start_server`; nodes, the CLI and
-peers call it through :class:`ReplicaClient` (peers: :meth:`ReplicaClient.replay_any`).
+``Status``, ``Digest``, ``Pin``, ``RenewPin`` and ``Unpin`` take and return JSON; ``Fetch`` returns
+a compact record list (:func:`pack_records`). ``Replay`` is a bidirectional stream
+(:mod:`tidemark.gossip.replay`). Replica nodes serve it with :func:`start_server`; nodes, the CLI
+and peers call it through :class:`ReplicaClient` (peers: :meth:`ReplicaClient.replay_any`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from gossip.cluster_auth import (
+from tidemark.gossip.cluster_auth import (
     CLUSTER_METHODS,
     PEER_METHODS,
     WAIT_METHODS,
@@ -31,8 +31,8 @@ from gossip.cluster_auth import (
     sign_request,
     verify_request,
 )
-from gossip.cluster_config import Epoch
-from gossip.exceptions import (
+from tidemark.gossip.cluster_config import Epoch
+from tidemark.gossip.exceptions import (
     GossipError,
     NodeUnreachableError,
     PeerAuthError,
@@ -40,8 +40,8 @@ from gossip.exceptions import (
     ReplayInterruptedError,
     ReplicaBusyError,
 )
-from gossip.node_state import NodeState
-from gossip.peer_auth import (
+from tidemark.gossip.node_state import NodeState
+from tidemark.gossip.peer_auth import (
     TOKEN_KEY,
     authorize_peer,
     configured_token,
@@ -49,8 +49,14 @@ from gossip.peer_auth import (
     local_stack_token,
     serving_as,
 )
-from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, ERROR_KEY, ReplayStream, request_peer
-from log.partitioner import partition_for_peer
+from tidemark.gossip.replay import (
+    DEFAULT_BATCH,
+    DEFAULT_WINDOW,
+    ERROR_KEY,
+    ReplayStream,
+    request_peer,
+)
+from tidemark.log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
            "unpack_records", "gossip_round", "fetch_status",
@@ -160,19 +166,18 @@ class ReplicaClient:
                ) -> ReplayStream:
         """Open a replay of ``peer_id``'s queue on the replica at ``address``.
 
-        Returns once the replica pinned the GC point at the barrier (the stream's ``barrier``
-        and ``pin``); iterate ``entries()`` (they start once the queues reach the barrier),
-        ``ack(n)`` what was processed, ``close()``. ``after_offset`` skips entries up to that
-        txlog offset (a retry after an interrupted replay); ``barrier`` (a retry) keeps the
-        barrier of the replay it resumes (the replica takes the lower of it and its high
-        watermark), so it does not wait for the queues to cover a newer one; ``covered``
-        asks for a barrier the queues already cover (no wait; the header's
-        ``high_watermark`` says where the txlog ended). ``rows=False`` asks for every
-        entry as QueueEntry bytes (else a replica sends the replay rows it stores). Raises
-        :class:`~gossip.exceptions.NodeUnreachableError` if the replica does not answer and
-        :class:`~gossip.exceptions.ReplayRefusedError` if it refuses (environment, partition),
-        :class:`~gossip.exceptions.PeerAuthError` (no or bad ``token``) or
-        :class:`~gossip.exceptions.PeerForbiddenError` (the token names another peer or
+        Returns once the replica pinned the GC point at the barrier (the stream's ``barrier`` and
+        ``pin``); iterate ``entries()`` (they start once the queues reach the barrier), ``ack(n)``
+        what was processed, ``close()``. ``after_offset`` skips entries up to that txlog offset (a
+        retry after an interrupted replay); ``barrier`` (a retry) keeps the barrier of the replay it
+        resumes (the replica takes the lower of it and its high watermark), so it does not wait for
+        the queues to cover a newer one; ``covered`` asks for a barrier the queues already cover (no
+        wait; the header's ``high_watermark`` says where the txlog ended). ``rows=False`` asks for
+        every entry as QueueEntry bytes (else a replica sends the replay rows it stores). Raises
+        :class:`~tidemark.gossip.exceptions.NodeUnreachableError` if the replica does not answer and
+        :class:`~tidemark.gossip.exceptions.ReplayRefusedError` if it refuses (environment,
+        partition), :class:`~tidemark.gossip.exceptions.PeerAuthError` (no or bad ``token``) or
+        :class:`~tidemark.gossip.exceptions.PeerForbiddenError` (the token names another peer or
         environment) before anything is streamed.
         """
         request: dict[str, Any] = {"peer": peer_id, "environment": environment,
@@ -211,7 +216,7 @@ class ReplicaClient:
         """:meth:`replay` on any live replica of ``peer_id``'s partition in ``epoch``
         (counting replicas first, in random order; then joining ones), skipping the nodes
         in ``exclude``. If the serving replica dies mid-stream, ``entries()`` raises
-        :class:`~gossip.exceptions.ReplayInterruptedError`: call again with
+        :class:`~tidemark.gossip.exceptions.ReplayInterruptedError`: call again with
         ``exclude={stream.node}`` and ``after_offset=stream.last_offset`` (and dedup)."""
         tp = f"txlog/{partition_for_peer(peer_id, epoch.log_partitions)}"
         counting = [n for n in epoch.owners().get(tp, []) if n not in exclude]
@@ -255,7 +260,7 @@ def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None
     """A stream-stream handler whose :class:`ReplayError` ends the call with the error's
     status code, its message, and its class name in trailing metadata. With ``secret`` and
     ``environment``, a :data:`PEER_METHODS` stream needs a peer token of ``environment``
-    naming the peer of its first message (:func:`gossip.replay.request_peer`): otherwise it
+    naming the peer of its first message (:func:`tidemark.gossip.replay.request_peer`): otherwise it
     ends with :class:`PeerAuthError` or ``PeerForbiddenError`` before ``fn`` runs; a
     :data:`WAIT_METHODS` stream needs a peer token of ``environment`` (any peer)."""
     guarded = bool(secret) and bool(environment) and name in PEER_METHODS
@@ -294,7 +299,7 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     :data:`CLUSTER_METHODS` must be signed with it (:func:`sign_request`); with ``secret`` and
     ``environment`` too, calls to :data:`PEER_METHODS` and :data:`WAIT_METHODS` need a peer
     token of ``environment`` (or, unary ones, a member's signature); the handler runs as the
-    token's peer (:func:`gossip.peer_auth.serving_peer`), and a :class:`PeerAuthError` it
+    token's peer (:func:`tidemark.gossip.peer_auth.serving_peer`), and a :class:`PeerAuthError` it
     raises ends the call with that error's status."""
     peer_auth = bool(secret) and bool(environment)
 

@@ -1,9 +1,9 @@
 """Kafka access for Tidemark (the base layer): settings, topics, codec, producer/consumer, offsets,
 the partitioner and the JVM artifacts."""
 
-from log.codec import MARKER, Codec, Decoded, default_codec, schema_fingerprint
-from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
-from log.exceptions import (
+from tidemark.log.codec import MARKER, Codec, Decoded, default_codec, schema_fingerprint
+from tidemark.log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
+from tidemark.log.exceptions import (
     BadMarkerError,
     ClusterLaunchError,
     CodecError,
@@ -18,11 +18,11 @@ from log.exceptions import (
     UnknownFingerprintError,
     UnknownSchemaError,
 )
-from log.offsets import delete_records, end_offsets, log_start_offsets, watermarks
-from log.partitioner import murmur2, partition_for, partition_for_peer
-from log.producer import LogProducer
-from log.settings import TOPICS, Settings, default_state_dir, load_settings
-from log.topics import check_replication, describe_topics, ensure_topics, topic_specs
+from tidemark.log.offsets import delete_records, end_offsets, log_start_offsets, watermarks
+from tidemark.log.partitioner import murmur2, partition_for, partition_for_peer
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import TOPICS, Settings, default_state_dir, load_settings
+from tidemark.log.topics import check_replication, describe_topics, ensure_topics, topic_specs
 
 __all__ = [
     "MARKER", "Codec", "Decoded", "default_codec", "schema_fingerprint",

@@ -10,15 +10,15 @@ from typing import Any, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-import schemas
-from log.exceptions import (
+from tidemark import schemas
+from tidemark.log.exceptions import (
     BadMarkerError,
     CodecError,
     TruncatedRecordError,
     UnknownFingerprintError,
     UnknownSchemaError,
 )
-from log.fast_encoder import compile_encoder
+from tidemark.log.fast_encoder import compile_encoder
 
 __all__ = ["MARKER", "Decoded", "Codec", "default_codec", "schema_fingerprint"]
 

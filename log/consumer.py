@@ -8,11 +8,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from log.codec import Codec, Decoded, default_codec
-from log.exceptions import CodecError, LogError
-from log.offsets import watermarks
-from log.producer import LogProducer
-from log.settings import Settings
+from tidemark.log.codec import Codec, Decoded, default_codec
+from tidemark.log.exceptions import CodecError, LogError
+from tidemark.log.offsets import watermarks
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
 
 __all__ = ["LogConsumer", "DeadLetterWriter", "decode_or_deadletter", "read_to_end"]
 

@@ -1,5 +1,5 @@
-"""Fast decoding of flat records, byte-exact with the codec: a straight-line Avro reader for
-the current writer schemas, falling back to :meth:`log.codec.Codec.decode` for anything else
+"""Fast decoding of flat records, byte-exact with the codec: a straight-line Avro reader for the
+current writer schemas, falling back to :meth:`tidemark.log.codec.Codec.decode` for anything else
 (older writer schemas, poison records), so errors and their reasons are the codec's own.
 
 ``fastavro``'s generic reader costs ~14-18 us per Send or QueueEntry; these records are flat
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from log.codec import MARKER, Codec, Decoded, default_codec
+from tidemark.log.codec import MARKER, Codec, Decoded, default_codec
 
 __all__ = ["RecordReader", "FlatReader", "flat_fields", "compile_flat_reader",
            "compile_tuple_reader"]
@@ -147,7 +147,7 @@ class RecordReader:
         return None
 
     def decode(self, value: bytes | None) -> Decoded:
-        """The decoded record (raises the codec's :class:`~log.exceptions.CodecError`)."""
+        """The decoded record (raises the codec's :class:`~tidemark.log.exceptions.CodecError`)."""
         if value is not None:
             fast = self._fast.get(value[:_HEADER])
             if fast is not None:

@@ -15,8 +15,8 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from log import registry
-from log.exceptions import JvmSetupError
+from tidemark.log import registry
+from tidemark.log.exceptions import JvmSetupError
 
 __all__ = ["pom_dir", "cache_dir", "jar_dir", "ensure_jars", "java_binary", "spark_connector_jars"]
 
@@ -30,7 +30,7 @@ def cache_dir() -> Path:
 
 def pom_dir() -> Path:
     """The folder of the poms shipped inside the package (``log/poms``)."""
-    return Path(str(resources.files("log") / "poms"))
+    return Path(str(resources.files("tidemark.log") / "poms"))
 
 
 def jar_dir(artifact: str) -> Path:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from log.offsets import end_offsets
-from log.producer import LogProducer
-from log.settings import Settings
-from log.topics import require_topics
+from tidemark.log.offsets import end_offsets
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.log.topics import require_topics
 
 __all__ = ["LoadResult", "generate_load", "stderr_progress"]
 

@@ -25,8 +25,8 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
-from log.settings import Settings
+from tidemark.log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
+from tidemark.log.settings import Settings
 
 __all__ = ["watermarks", "end_offsets", "log_start_offsets", "delete_records",
            "topic_partitions", "Lookup", "is_transient", "default_timeout",

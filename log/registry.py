@@ -2,7 +2,7 @@
 
 The CLI takes each flag's fallback from here at parse time, components read environment
 values through :func:`env_value`, the console checks every ``TIDEMARK_*`` variable with
-:func:`check_environment` before running a command, and the README's configuration table is
+:func:`check_environment` before running a command, and docs/cli.md's configuration table is
 :func:`markdown_table` (a test keeps the two equal). Kafka client settings are not listed one
 by one: ``TIDEMARK_KAFKA_<NAME>`` passes ``<name>`` (``_`` for ``.``) to every client.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from log.exceptions import ConfigError
+from tidemark.log.exceptions import ConfigError
 
 __all__ = ["Setting", "SETTINGS", "setting", "parse", "env_value", "check_environment",
            "markdown_table", "parse_duration_ms", "KAFKA_CLIENT_PREFIX"]
@@ -226,7 +226,7 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
 
 
 def markdown_table() -> str:
-    """The README's configuration table."""
+    """The configuration table of docs/cli.md."""
     rows = ["| variable | default | what it sets |", "|---|---|---|"]
     for s in SETTINGS:
         default = "" if s.default in (None, "") else f"`{s.default}`"

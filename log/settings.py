@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from log import registry
-from log.exceptions import ConfigError
+from tidemark.log import registry
+from tidemark.log.exceptions import ConfigError
 
 __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_client_settings",
            "jaas_quote", "TOPICS"]

@@ -10,9 +10,9 @@ from typing import Any
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from log.exceptions import LogError, TopicsMissingError, UnderReplicatedError
-from log.offsets import NEW_TOPIC_GRACE_S, Lookup
-from log.settings import TOPICS, Settings
+from tidemark.log.exceptions import LogError, TopicsMissingError, UnderReplicatedError
+from tidemark.log.offsets import NEW_TOPIC_GRACE_S, Lookup
+from tidemark.log.settings import TOPICS, Settings
 
 __all__ = ["TopicSpec", "topic_specs", "ensure_topics", "prefer_leaders", "describe_topics",
            "check_replication",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from log.codec import MARKER, Codec
-from log.fast_encoder import varint, zigzag_long
+from tidemark.log.codec import MARKER, Codec
+from tidemark.log.fast_encoder import varint, zigzag_long
 
 __all__ = ["AckBatchEncoder", "chunks", "MAX_BATCH_BYTES"]
 

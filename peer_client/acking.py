@@ -1,7 +1,7 @@
 """The ack side of the peer core: acks of handled messages, batched (one AckBatch record per
 batch), and the DeliveryFailed record of a handler that raised.
 
-Mixed into :class:`peer_client.core.PeerCore`, like :mod:`peer_client.sending`.
+Mixed into :class:`tidemark.peer_client.core.PeerCore`, like :mod:`tidemark.peer_client.sending`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from peer_client.ack_encoding import chunks
-from peer_client.acks import AckBatcher
-from peer_client.ports import LogPort
-from peer_client.records import Envelope
+from tidemark.peer_client.ack_encoding import chunks
+from tidemark.peer_client.acks import AckBatcher
+from tidemark.peer_client.ports import LogPort
+from tidemark.peer_client.records import Envelope
 
 __all__ = ["Acking"]
 
@@ -22,7 +22,8 @@ log = logging.getLogger("peer_client")
 
 
 class Acking:
-    """Acks and failure records over the state :class:`~peer_client.core.PeerCore` holds."""
+    """Acks and failure records over the state :class:`~tidemark.peer_client.core.PeerCore`
+    holds."""
 
     peer_id: str
     environment: str

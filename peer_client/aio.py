@@ -1,4 +1,4 @@
-"""``AsyncPeer``: the asyncio counterpart of :class:`~peer_client.Peer`, on the same core.
+"""``AsyncPeer``: the asyncio counterpart of :class:`~tidemark.peer_client.Peer`, on the same core.
 
     async with AsyncPeer("billing", "prod", settings) as peer:
         @peer.handler
@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from log.settings import Settings
-from peer_client.exceptions import FlightSizeExceededError
-from peer_client.flight import RAISE
-from peer_client.options import PeerOptions
-from peer_client.peer import Peer, Replayer
-from peer_client.ports import Delivery, StabilityPort
+from tidemark.log.settings import Settings
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.delivery import Delivery
+from tidemark.peer_client.exceptions import FlightSizeExceededError
+from tidemark.peer_client.flight import RAISE
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.peer import Peer, Replayer
+from tidemark.peer_client.ports import StabilityPort
 
 __all__ = ["AsyncPeer", "wait_delivery"]
 
@@ -51,23 +53,38 @@ class AsyncPeer:
                  ) -> None:
         self.sync = Peer(peer_id, environment, settings, options, stability=stability,
                          replayer=replayer)
-        self.core = self.sync.core
+        self._core = self.sync._core
 
-    def __getattr__(self, name: str) -> Any:  # peer_id, incarnation, endpoint, stats, ...
+    def __getattr__(self, name: str) -> Any:  # endpoint, stats, status, ...
         return getattr(self.sync, name)
+
+    @property
+    def peer_id(self) -> str:
+        """The peer's id."""
+        return self.sync.peer_id
+
+    @property
+    def incarnation(self) -> str:
+        """This run's incarnation id."""
+        return self.sync.incarnation
+
+    @property
+    def phase(self) -> Phase:
+        """Where the peer is in its life."""
+        return self.sync.phase
 
     def handler(self, fn_or_cls: Any = None) -> Any:
         """Register a handler (``async def`` or plain); see :meth:`Peer.handler`."""
-        return self.core.handler(fn_or_cls)
+        return self._core.handler(fn_or_cls)
 
     def batch_handler(self, fn_or_cls: Any = None) -> Any:
         """Register a batch handler; see :meth:`Peer.batch_handler`."""
-        return self.core.batch_handler(fn_or_cls)
+        return self._core.batch_handler(fn_or_cls)
 
     async def start(self) -> "AsyncPeer":
         """Start on the running loop (which then runs the ``async def`` handlers)."""
         loop = asyncio.get_running_loop()
-        self.sync.executor.set_loop(loop)
+        self.sync._executor.set_loop(loop)
         await loop.run_in_executor(None, self.sync.start)
         return self
 
@@ -85,39 +102,39 @@ class AsyncPeer:
         try:
             return fn(*args, 0.0)
         except FlightSizeExceededError:
-            if self.core.flight.mode == RAISE:
+            if self._core.flight.mode == RAISE:
                 raise
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args, None)
 
     async def send(self, to: str, message: Any, durability: str = "log",
                    timeout: float | None = None) -> str:
         """Send; returns the message id once ``durability`` holds."""
-        handle = await self._submit(self.core.send, to, message, durability)
+        handle = await self._submit(self._core.send, to, message, durability)
         return await wait_delivery(handle, timeout)
 
     async def send_nowait(self, to: str, message: Any, durability: str = "log") -> Delivery:
         """Queue a send (waits only for room in the flight window)."""
-        return await self._submit(self.core.send, to, message, durability)
+        return await self._submit(self._core.send, to, message, durability)
 
     async def post(self, to: str, message: Any, durability: str = "log") -> str:
         """Fire and forget (see :meth:`Peer.post`); waits only for room in the flight window."""
         try:
-            return self.core.post(to, message, durability, 0.0)
+            return self._core.post(to, message, durability, 0.0)
         except FlightSizeExceededError:
-            if self.core.flight.mode == RAISE:
+            if self._core.flight.mode == RAISE:
                 raise
         return await asyncio.get_running_loop().run_in_executor(
-            None, self.core.post, to, message, durability, None)
+            None, self._core.post, to, message, durability, None)
 
     async def publish(self, message: Any, durability: str = "log",
                       timeout: float | None = None) -> str:
         """Publish to every subscriber; returns once ``durability`` holds for all."""
-        handle = await self._submit(self.core.publish, message, durability)
+        handle = await self._submit(self._core.publish, message, durability)
         return await wait_delivery(handle, timeout)
 
     async def publish_nowait(self, message: Any, durability: str = "log") -> Delivery:
         """Queue a publish."""
-        return await self._submit(self.core.publish, message, durability)
+        return await self._submit(self._core.publish, message, durability)
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until every send so far is confirmed (see :meth:`Peer.flush`)."""

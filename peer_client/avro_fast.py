@@ -5,13 +5,14 @@ to fastavro (``tests/property/test_peer_serializers.py`` checks it)."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
-from log.fast_encoder import LENGTHS as _SMALL
-from log.fast_encoder import zigzag_long
+from tidemark.log.fast_encoder import LENGTHS as _SMALL
+from tidemark.log.fast_encoder import same_as_fastavro, zigzag_long
 
-__all__ = ["varint", "long_bytes", "string_bytes", "bytes_bytes", "compile_object_encoder",
+__all__ = ["length_bytes", "long_bytes", "string_bytes", "bytes_bytes", "compile_object_encoder",
            "SendEncoder"]
 
 _DOUBLE = struct.Struct("<d").pack
@@ -29,8 +30,9 @@ def int_bytes(n: int) -> bytes:
     return long_bytes(n)
 
 
-def varint(n: int) -> bytes:
-    """A non-negative length as Avro writes it."""
+def length_bytes(n: int) -> bytes:
+    """A non-negative length (of bytes, a string, an array block) as Avro writes it: the
+    zigzag varint of ``n`` (:func:`tidemark.log.fast_encoder.varint` is the unsigned one)."""
     return _SMALL[n] if n < 8192 else long_bytes(n)
 
 
@@ -132,18 +134,44 @@ def compile_object_encoder(schema: dict[str, Any], header: bytes
             parts.append(f"_{prim}({get})")
     source = "def encode(o):\n    return b''.join((_hdr, " + ", ".join(parts) + "))\n"
     exec(compile(source, f"<object encoder {schema.get('name')}>", "exec"), env)  # noqa: S102
-    return env["encode"]  # type: ignore[no-any-return]
+    encode: Callable[[Any], bytes] = env["encode"]
+    # self-check: one that disagrees with fastavro is not used (the serializer falls back)
+    ok = same_as_fastavro(encode, schema, header, lambda r: SimpleNamespace(**r))
+    return encode if ok else None
 
 
 class SendEncoder:
     """Encodes this peer's Send records: sender and environment are constant, recipients and
-    message types are cached, and so is the current millisecond."""
+    message types are cached, and so is the current millisecond.
 
-    def __init__(self, header: bytes, sender: str, environment: str) -> None:
+    Written by hand for the hot path, so it checks itself when built: it must write what
+    fastavro writes for the parsed Send ``schema`` (``header`` + body) on sample records, or
+    it raises ``RuntimeError`` (the schema changed and this encoder was not)."""
+
+    def __init__(self, header: bytes, sender: str, environment: str,
+                 schema: Mapping[str, Any]) -> None:
         self._head = header
         self._sender_env = (string_bytes(sender), string_bytes(environment))
         self._names: dict[str, bytes] = {}
         self._ts, self._ts_bytes = -1, b""
+        self._check(schema, sender, environment)
+
+    def _check(self, schema: Mapping[str, Any], sender: str, environment: str) -> None:
+        fixed = {"sender": sender, "environment": environment, "delivery_count": 0,
+                 "direct_incarnation": None}
+
+        def encode(r: dict[str, Any]) -> bytes:
+            return self.encode(r["message_id"], r["recipient"], r["message_type"],
+                               r["payload"], r["timestamp_ms"])
+
+        names = {f["name"] for f in schema.get("fields", ())}
+        ok = fixed.keys() <= names and same_as_fastavro(encode, schema, self._head,
+                                                        fixed=fixed)
+        self._names.clear()
+        self._ts, self._ts_bytes = -1, b""
+        if not ok:
+            raise RuntimeError("SendEncoder does not write what fastavro writes for the Send"
+                               f" schema (fields {sorted(names)}): update it with the schema")
 
     def _name(self, s: str) -> bytes:
         b = self._names.get(s)

@@ -1,5 +1,5 @@
 """What the replicas confirmed, and which durability waits that settles: pure bookkeeping,
-no I/O and no threads (:class:`peer_client.stability.ReplicaStability` feeds it from the
+no I/O and no threads (:class:`tidemark.peer_client.stability.ReplicaStability` feeds it from the
 nodes' ``Watch`` streams and calls the callbacks it returns)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from peer_client.records import Envelope
+    from tidemark.peer_client.records import Envelope
 
 __all__ = ["Phase", "MessageContext", "BatchContext"]
 

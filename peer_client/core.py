@@ -14,29 +14,29 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from log.codec import MARKER
-from peer_client.ack_encoding import AckBatchEncoder
-from peer_client.acking import Acking
-from peer_client.acks import AckBatcher
-from peer_client.avro_fast import SendEncoder
-from peer_client.context import Phase
-from peer_client.dedup import DedupWindow
-from peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms
-from peer_client.directory import DirectoryCache, PeerEntry, needs_probe
-from peer_client.exceptions import (
+from tidemark.log.codec import MARKER
+from tidemark.peer_client.ack_encoding import AckBatchEncoder
+from tidemark.peer_client.acking import Acking
+from tidemark.peer_client.acks import AckBatcher
+from tidemark.peer_client.avro_fast import SendEncoder
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.dedup import DedupWindow
+from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms
+from tidemark.peer_client.directory import DirectoryCache, PeerEntry, needs_probe
+from tidemark.peer_client.exceptions import (
     DuplicatePeerError,
     PeerStateError,
     UnknownPeerError,
 )
-from peer_client.flight import FlightControl
-from peer_client.handlers import Handler, HandlerRegistry
-from peer_client.inbox import Inbox, Job
-from peer_client.messages import message_type_of
-from peer_client.options import PeerOptions
-from peer_client.outbox import Outbox
-from peer_client.ports import DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
-from peer_client.records import Envelope, peer_codec
-from peer_client.sending import RUNNING, Sending
+from tidemark.peer_client.flight import FlightControl
+from tidemark.peer_client.handlers import Handler, HandlerRegistry
+from tidemark.peer_client.inbox import Inbox, Job
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.outbox import Outbox
+from tidemark.peer_client.ports import DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
+from tidemark.peer_client.records import Envelope, peer_codec
+from tidemark.peer_client.sending import RUNNING, Sending
 
 __all__ = ["PeerCore", "RUNNING", "now_ms"]
 
@@ -90,7 +90,7 @@ class PeerCore(Sending, Acking):
         self._id_prefix = f"{self.incarnation}-"
         self._encode_acks = AckBatchEncoder(self._codec, peer_id, environment).encode
         self._send_encoder = SendEncoder(MARKER + self._codec.fingerprint_of("Send"),
-                                         peer_id, environment)
+                                         peer_id, environment, self._codec.schema("Send"))
         self._last_heartbeat = 0
         self._registered_ms = 0
         self._warned: set[str] = set()
@@ -113,7 +113,7 @@ class PeerCore(Sending, Acking):
         """Move to ``phase``; leaving STARTING/REPLAY dispatches the held-back messages
         first (live ones arriving meanwhile queue behind them: per-sender order holds).
         STARTING opens the persisted dedup store if configured (it may raise
-        :class:`~peer_client.exceptions.DedupStoreError`); STOPPED closes it."""
+        :class:`~tidemark.peer_client.exceptions.DedupStoreError`); STOPPED closes it."""
         if phase is Phase.STARTING:
             self.open_dedup_store()
         if phase in (Phase.HANDOVER, Phase.NORMAL):
@@ -193,7 +193,7 @@ class PeerCore(Sending, Acking):
     def batch_handler(self, fn_or_cls: Any = None) -> Any:
         """Decorator: ``@peer.batch_handler`` (first parameter annotated ``list[T]``) or
         ``@peer.batch_handler(T)``; the handler takes a list of messages (and optionally a
-        :class:`~peer_client.context.BatchContext`)."""
+        :class:`~tidemark.peer_client.context.BatchContext`)."""
         return self.handler(fn_or_cls, batch=True)
 
     def _add_handler(self, fn: Callable[..., Any], cls: type | None,

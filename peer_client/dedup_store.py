@@ -25,10 +25,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import plyvel
-
-from log import registry
-from peer_client.exceptions import DedupStoreError
+from tidemark.log import registry
+from tidemark.peer_client.exceptions import DedupStoreError
 
 __all__ = ["DedupStore", "expired", "store_path", "resolve_dedup_dir", "resolve_ttl_ms",
            "FORMAT"]
@@ -39,6 +37,18 @@ FORMAT = 1
 META = b"\x00meta"
 ID, TIME = b"i", b"t"
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def _leveldb() -> Any:
+    """plyvel, imported when a store is opened: a peer without ``dedup_dir`` never loads it
+    (the peer library does not depend on it; ``pip install 'tidemark[dedup]'``)."""
+    try:
+        import plyvel
+    except ImportError:
+        raise DedupStoreError(
+            "the persisted dedup store (PeerOptions.dedup_dir) needs plyvel, which the peer"
+            " library does not install by itself: pip install 'tidemark[dedup]'") from None
+    return plyvel
 
 
 def expired(oldest_first: Iterable[tuple[int, str]], count: int, now_ms: int, ttl_ms: int,
@@ -116,6 +126,7 @@ class DedupStore:
 
     def _open(self) -> Any:
         p = self.path
+        plyvel = _leveldb()
         if p.exists() and not p.is_dir():
             raise self._corrupt("not a folder")
         if p.is_dir() and any(p.iterdir()) and not (p / "CURRENT").is_file():
@@ -145,7 +156,7 @@ class DedupStore:
             meta = json.loads(raw)
             owner = (meta["peer_id"], meta["environment"])
             fmt = meta["format"]
-        except (plyvel.Error, ValueError, KeyError, TypeError) as exc:
+        except (_leveldb().Error, ValueError, KeyError, TypeError) as exc:
             raise self._corrupt(f"owner record: {exc}") from None
         if owner != (self.peer_id, self.environment):
             raise DedupStoreError(
@@ -161,7 +172,7 @@ class DedupStore:
             for _ in self._db.iterator(prefix=TIME, include_value=False,
                                        verify_checksums=True, fill_cache=False):
                 n += 1
-        except plyvel.Error as exc:
+        except _leveldb().Error as exc:
             raise self._corrupt(str(exc)) from None
         return n
 

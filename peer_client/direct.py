@@ -20,9 +20,9 @@ from typing import Any
 
 import grpc
 
-from peer_client.exceptions import PeerClientError, PeerUnreachableError
-from peer_client.ports import DirectCallback
-from peer_client.records import peer_codec
+from tidemark.peer_client.exceptions import PeerClientError, PeerUnreachableError
+from tidemark.peer_client.ports import DirectCallback
+from tidemark.peer_client.records import peer_codec
 
 __all__ = ["SERVICE", "DELIVER", "STATUS", "DirectServer", "DirectClient", "peer_status"]
 

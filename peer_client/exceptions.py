@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from log.exceptions import OversizedMessageError, TidemarkError
+from tidemark.log.exceptions import OversizedMessageError, TidemarkError
 
 __all__ = ["PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
            "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from peer_client.exceptions import FlightSizeExceededError
+from tidemark.peer_client.exceptions import FlightSizeExceededError
 
 __all__ = ["FlightWindow", "FlightControl", "BLOCK", "RAISE"]
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from peer_client.exceptions import HandlerError, MessageTypeError
-from peer_client.messages import MessageType, message_type_of
+from tidemark.peer_client.exceptions import HandlerError, MessageTypeError
+from tidemark.peer_client.messages import MessageType, message_type_of
 
 __all__ = ["Handler", "HandlerRegistry"]
 

@@ -17,7 +17,7 @@ handover does not end before that (:meth:`HeldBack.unseen`): otherwise a refused
 read by the follower after the handover, could be handled after a later message of its
 sender delivered directly once the peer is normal.
 
-Not thread-safe on its own: the :class:`~peer_client.inbox.Inbox` calls it under its lock.
+Not thread-safe on its own: the :class:`~tidemark.peer_client.inbox.Inbox` calls it under its lock.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from peer_client.records import Envelope
+from tidemark.peer_client.records import Envelope
 
 __all__ = ["HeldBack"]
 

@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from peer_client.context import Phase
-from peer_client.dedup import DedupWindow
-from peer_client.exceptions import PayloadError
-from peer_client.handlers import Handler, HandlerRegistry
-from peer_client.held import HeldBack
-from peer_client.jobs import ABANDONED, Job, RunJob
-from peer_client.messages import lookup
-from peer_client.records import Envelope
-from peer_client.slots import Slots
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.dedup import DedupWindow
+from tidemark.peer_client.exceptions import PayloadError
+from tidemark.peer_client.handlers import Handler, HandlerRegistry
+from tidemark.peer_client.held import HeldBack
+from tidemark.peer_client.jobs import ABANDONED, Job, RunJob
+from tidemark.peer_client.messages import lookup
+from tidemark.peer_client.records import Envelope
+from tidemark.peer_client.slots import Slots
 
 __all__ = ["Decision", "decide", "Job", "RunJob", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
            "STOPPED_PHASES", "CompletedIds", "Slots"]
@@ -117,7 +117,7 @@ class Inbox:
         self.peer_id, self.environment = peer_id, environment
         self.handlers, self.dedup = handlers, dedup
         self.phase = Phase.CREATED
-        #: live messages held back during replay (see :mod:`peer_client.held`)
+        #: live messages held back during replay (see :mod:`tidemark.peer_client.held`)
         self.held = HeldBack(hold_limit, hold_bytes)
         #: set once the peer gives up on what is queued (a failed start): jobs not started
         #: yet are abandoned (neither handled nor acked: the next incarnation gets them)

@@ -2,12 +2,12 @@
 
 A :class:`Job` runs one handler and then calls its ``finish`` (ack, or record the failure).
 A :class:`RunJob` runs one sender's run of plain handlers in order (replay delivers in
-batches) and finishes them together. Both are built by :class:`peer_client.inbox.Inbox`.
+batches) and finishes them together. Both are built by :class:`tidemark.peer_client.inbox.Inbox`.
 
 A batch handler (``Handler.batch``) is called once with the messages of a run that follow each
-other and share it, in order, with a :class:`~peer_client.context.BatchContext`; a single
+other and share it, in order, with a :class:`~tidemark.peer_client.context.BatchContext`; a single
 :class:`Job` calls it with a list of one. It fails the messages it names in a
-:class:`~peer_client.exceptions.BatchFailed`, or all of them by raising anything else.
+:class:`~tidemark.peer_client.exceptions.BatchFailed`, or all of them by raising anything else.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from peer_client.context import BatchContext, MessageContext
-from peer_client.exceptions import BatchFailed
-from peer_client.handlers import Handler
-from peer_client.records import Envelope
+from tidemark.peer_client.context import BatchContext, MessageContext
+from tidemark.peer_client.exceptions import BatchFailed
+from tidemark.peer_client.handlers import Handler
+from tidemark.peer_client.records import Envelope
 
 __all__ = ["Job", "RunJob", "call_batch", "ABANDONED"]
 

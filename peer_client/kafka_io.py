@@ -10,13 +10,13 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from log.consumer import LogConsumer
-from log.exceptions import CodecError, LogError
-from log.offsets import watermarks
-from log.producer import LogProducer
-from log.settings import Settings
-from peer_client.ports import KafkaCallback
-from peer_client.records import peer_codec
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.exceptions import CodecError, LogError
+from tidemark.log.offsets import watermarks
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.peer_client.ports import KafkaCallback
+from tidemark.peer_client.records import peer_codec
 
 __all__ = ["KafkaLog", "DirectoryFollower"]
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from peer_client.exceptions import MessageTypeError
-from peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
+from tidemark.peer_client.exceptions import MessageTypeError
+from tidemark.peer_client.serializers import AvroSerializer, JsonSerializer, Serializer
 
 __all__ = ["MessageType", "message", "register_message", "message_type_of", "lookup",
            "registered_types"]

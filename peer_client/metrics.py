@@ -30,7 +30,7 @@ from prometheus_client.core import (
     StateSetMetricFamily,
 )
 
-from peer_client.context import Phase
+from tidemark.peer_client.context import Phase
 
 __all__ = ["PeerCollector", "MetricsServer", "PHASES"]
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from log.consumer import read_to_end
-from log.exceptions import CodecError, DeliveryError
-from log.partitioner import partition_for_peer
-from log.producer import LogProducer
-from log.settings import Settings
-from peer_client.directory import DirectoryCache, PeerEntry
-from peer_client.exceptions import UnknownPeerError, WrongEnvironmentError
-from peer_client.records import peer_codec
+from tidemark.log.consumer import read_to_end
+from tidemark.log.exceptions import CodecError, DeliveryError
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.peer_client.directory import DirectoryCache, PeerEntry
+from tidemark.peer_client.exceptions import UnknownPeerError, WrongEnvironmentError
+from tidemark.peer_client.records import peer_codec
 
 __all__ = ["read_directory", "list_peers", "purge_peer", "peer_status"]
 
@@ -86,8 +86,8 @@ def peer_status(settings: Settings, peer_id: str, environment: str | None = None
     """A running peer's own status (phase, incarnation, replayed, forwarded, replay and
     handover durations, counters), asked over its gRPC endpoint from the directory.
     Raises :class:`PeerUnreachableError` if it does not answer (down, or gone)."""
-    from peer_client.direct import peer_status as ask
-    from peer_client.exceptions import PeerUnreachableError
+    from tidemark.peer_client.direct import peer_status as ask
+    from tidemark.peer_client.exceptions import PeerUnreachableError
     env = environment or settings.environment
     entry = _entry(settings, peer_id, env, timeout_s)
     age = round(max(0, int(time.time() * 1000) - entry.timestamp_ms) / 1000, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from peer_client.flight import BLOCK, RAISE
+from tidemark.peer_client.flight import BLOCK, RAISE
 
 __all__ = ["PeerOptions", "LEVELS", "LOG", "QUORUM", "ALL"]
 

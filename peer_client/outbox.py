@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
-from peer_client.lanes import KeyedLanes
-from peer_client.options import LOG
-from peer_client.ports import Delivery, DirectPort, LogPort, StabilityPort
-from peer_client.records import mark_direct, peer_codec
+from tidemark.peer_client.delivery import Delivery
+from tidemark.peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
+from tidemark.peer_client.lanes import KeyedLanes
+from tidemark.peer_client.options import LOG
+from tidemark.peer_client.ports import DirectPort, LogPort, StabilityPort
+from tidemark.peer_client.records import mark_direct, peer_codec
 
 __all__ = ["OutItem", "Outbox"]
 
@@ -205,7 +206,7 @@ class Outbox:
                 handle.kafka_done(err, msg)
                 return
             if stability is None:
-                from peer_client.exceptions import DurabilityUnavailableError
+                from tidemark.peer_client.exceptions import DurabilityUnavailableError
                 handle.part_done(DurabilityUnavailableError(
                     f"durability {level!r} needs the replica nodes; none configured"))
                 return

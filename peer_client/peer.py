@@ -21,17 +21,22 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from log.settings import Settings, load_settings
-from peer_client.context import Phase
-from peer_client.core import RUNNING, PeerCore
-from peer_client.direct import DirectClient, DirectServer
-from peer_client.directory import PeerEntry
-from peer_client.exceptions import PeerStateError, PeerUnreachableError, WrongEnvironmentError
-from peer_client.kafka_io import DirectoryFollower, KafkaLog
-from peer_client.metrics import MetricsServer, PeerCollector
-from peer_client.options import PeerOptions
-from peer_client.ports import Delivery, StabilityPort
-from peer_client.runner import ThreadExecutor
+from tidemark.log.settings import Settings, load_settings
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.core import RUNNING, PeerCore
+from tidemark.peer_client.delivery import Delivery
+from tidemark.peer_client.direct import DirectClient, DirectServer
+from tidemark.peer_client.directory import PeerEntry
+from tidemark.peer_client.exceptions import (
+    PeerStateError,
+    PeerUnreachableError,
+    WrongEnvironmentError,
+)
+from tidemark.peer_client.executor import ThreadExecutor
+from tidemark.peer_client.kafka_io import DirectoryFollower, KafkaLog
+from tidemark.peer_client.metrics import MetricsServer, PeerCollector
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.ports import StabilityPort
 
 __all__ = ["Peer", "Replayer"]
 
@@ -68,18 +73,18 @@ class Peer:
         self.settings = settings or load_settings()
         self.options = options or PeerOptions()
         env = check_environment(peer_id, environment, self.settings)
-        self.kafka = KafkaLog(self.settings)
-        self.direct = DirectClient(self.options.direct_timeout_ms)
-        self.executor = ThreadExecutor(self.options.workers, name=peer_id)
+        self._kafka = KafkaLog(self.settings)
+        self._direct = DirectClient(self.options.direct_timeout_ms)
+        self._executor = ThreadExecutor(self.options.workers, name=peer_id)
         if stability is None:
-            from peer_client.stability import ReplicaStability
+            from tidemark.peer_client.stability import ReplicaStability
             stability = ReplicaStability(self.settings, self.options.durability_timeout_ms,
                                          peer=(peer_id, env))
         self.stability = stability
         self.replayer = replayer
-        self.core = PeerCore(peer_id, env, self.options, log_port=self.kafka,
-                             direct=self.direct, directory_port=self.kafka,
-                             stability=stability, executor=self.executor,
+        self._core = PeerCore(peer_id, env, self.options, log_port=self._kafka,
+                             direct=self._direct, directory_port=self._kafka,
+                             stability=stability, executor=self._executor,
                              max_message_bytes=self.settings.max_message_bytes)
         self._server: DirectServer | None = None
         self._follower: DirectoryFollower | None = None
@@ -91,27 +96,27 @@ class Peer:
     @property
     def peer_id(self) -> str:
         """This peer's id."""
-        return self.core.peer_id
+        return self._core.peer_id
 
     @property
     def environment(self) -> str:
         """This peer's environment."""
-        return self.core.environment
+        return self._core.environment
 
     @property
     def incarnation(self) -> str:
         """This run's random incarnation id."""
-        return self.core.incarnation
+        return self._core.incarnation
 
     @property
     def endpoint(self) -> str:
         """Where this peer takes direct deliveries (``host:port``)."""
-        return self.core.endpoint
+        return self._core.endpoint
 
     @property
     def phase(self) -> Phase:
         """Where the peer is in its life."""
-        return self.core.phase
+        return self._core.phase
 
     @property
     def metrics_endpoint(self) -> str | None:
@@ -122,14 +127,14 @@ class Peer:
     def stats(self) -> dict[str, int]:
         """Counters: sent, logged, direct_delivered, received, handled, duplicates, acks,
         failed_deliveries, malformed, unknown_type, no_handler, rejected..."""
-        return self.core.stats_snapshot()
+        return self._core.stats_snapshot()
 
     def status(self) -> dict[str, Any]:
         """Phase, incarnation, counters, and the replay/handover figures (``replay``)."""
         out: dict[str, Any] = {"peer_id": self.peer_id, "environment": self.environment,
                                "incarnation": self.incarnation, "phase": self.phase.value,
                                "endpoint": self.endpoint, "stats": self.stats}
-        out["held"] = self.core.inbox.held_status()
+        out["held"] = self._core.inbox.held_status()
         replay = getattr(self.replayer, "status", None)
         if replay is not None:
             out["replay"] = doc = replay()
@@ -141,27 +146,27 @@ class Peer:
     def handler(self, fn_or_cls: Any = None) -> Any:
         """Register a handler: ``@peer.handler`` typed by the first parameter's annotation,
         or ``@peer.handler(MessageType)``. It takes the message, and optionally a
-        :class:`~peer_client.MessageContext`. Registering subscribes to the type."""
-        return self.core.handler(fn_or_cls)
+        :class:`~tidemark.peer_client.MessageContext`. Registering subscribes to the type."""
+        return self._core.handler(fn_or_cls)
 
     def batch_handler(self, fn_or_cls: Any = None) -> Any:
         """Register a batch handler: ``@peer.batch_handler`` with the first parameter
         annotated ``list[MessageType]``, or ``@peer.batch_handler(MessageType)``. It takes a
         list of messages (consecutive ones of a replay come together, in order; a live one
-        alone), and optionally a :class:`~peer_client.BatchContext`. Raising
-        :class:`~peer_client.BatchFailed` fails only the messages it names; any other
+        alone), and optionally a :class:`~tidemark.peer_client.BatchContext`. Raising
+        :class:`~tidemark.peer_client.BatchFailed` fails only the messages it names; any other
         exception fails the whole batch."""
-        return self.core.batch_handler(fn_or_cls)
+        return self._core.batch_handler(fn_or_cls)
 
     def directory(self) -> list[PeerEntry]:
         """The peers of this environment, as this peer's directory cache knows them."""
-        with self.core.dir_lock:
-            return self.core.directory.entries()
+        with self._core.dir_lock:
+            return self._core.directory.entries()
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> "Peer":
         """Serve, read the directory, register, replay (once available), go live."""
-        core, opts = self.core, self.options
+        core, opts = self._core, self.options
         if core.phase is not Phase.CREATED:
             raise PeerStateError(f"peer {self.peer_id} is {core.phase.value}: create a new"
                                  f" Peer to start again")
@@ -181,7 +186,7 @@ class Peer:
             if self.replayer is not None:
                 core.begin_replay()  # before registering: hold back the first live messages
             core.publish_descriptor(True)
-            self.kafka.flush(opts.start_timeout_s)
+            self._kafka.flush(opts.start_timeout_s)
             self._follower.start()
             if self.replayer is not None:
                 core.end_replay(handover=self.replayer.run(core))
@@ -197,7 +202,7 @@ class Peer:
     def stop(self) -> None:
         """Refuse new messages, confirm in-flight sends, finish handlers, flush acks,
         register down. Safe to call twice."""
-        core, t = self.core, self.options.stop_timeout_s
+        core, t = self._core, self.options.stop_timeout_s
         if core.phase not in RUNNING:
             self._close()
             return
@@ -210,8 +215,8 @@ class Peer:
         handler runs any more, and the dedup store is closed only after the last one."""
         log.error("peer %s: start failed (%s: %s); stopping", self.peer_id,
                   type(exc).__name__, exc)
-        if self.core.phase in (Phase.CREATED, Phase.STARTING):
-            self.core.set_phase(Phase.STOPPED)
+        if self._core.phase in (Phase.CREATED, Phase.STARTING):
+            self._core.set_phase(Phase.STOPPED)
             self._close()
             return
         self._shut_down(self.options.stop_timeout_s, abandon=True)
@@ -220,7 +225,7 @@ class Peer:
         """Stop intake (direct, replay and follower alike), stop the replayer's follower,
         let the handlers finish (``abandon``: only those already running), flush acks,
         register down, and only then close the dedup store and the rest."""
-        core = self.core
+        core = self._core
         # nothing new is handled from here on (direct, replay or txlog follower alike), and
         # whatever was admitted before is submitted before the drain below
         if not core.inbox.stop_admitting(Phase.STOPPING, t):
@@ -234,13 +239,13 @@ class Peer:
             if not abandon and not core.flight.wait_empty(t):
                 log.warning("peer %s: %d send(s) still unconfirmed at stop", self.peer_id,
                             core.flight.in_flight)
-            if not self.executor.drain(t):
+            if not self._executor.drain(t):
                 log.warning("peer %s: %d handler(s) still running at stop", self.peer_id,
-                            self.executor.active)
+                            self._executor.active)
                 core.inbox.abandon()  # what has not started yet never will
             core.flush_acks()
             core.publish_descriptor(False)
-            self.kafka.flush(t)
+            self._kafka.flush(t)
         except Exception as exc:  # noqa: BLE001 - the store must still close, in order
             log.warning("peer %s: stopping: %s", self.peer_id, exc)
         finally:
@@ -253,9 +258,9 @@ class Peer:
             self._house.join(5)
         for closer in (getattr(self.replayer, "close", None),
                        getattr(self._follower, "close", None),
-                       getattr(self._server, "stop", None), self.direct.close,
+                       getattr(self._server, "stop", None), self._direct.close,
                        getattr(self._metrics, "close", None),
-                       getattr(self.stability, "close", None), self.executor.close):
+                       getattr(self.stability, "close", None), self._executor.close):
             if closer is not None:
                 try:
                     closer()
@@ -264,18 +269,18 @@ class Peer:
         self._follower, self._server, self._metrics = None, None, None
 
     def _probe(self, endpoint: str) -> str | None:
-        batch = self.core.encode_record("DirectBatch", {
+        batch = self._core.encode_record("DirectBatch", {
             "sender": self.peer_id, "sender_incarnation": self.incarnation,
             "recipient": self.peer_id, "environment": self.environment, "messages": []})
         try:
-            receipt = self.direct.call(endpoint, batch, timeout=2.0)
+            receipt = self._direct.call(endpoint, batch, timeout=2.0)
         except PeerUnreachableError:
             return None
         return receipt["incarnation"] if receipt.get("recipient") == self.peer_id else None
 
     def _housekeeping(self) -> None:
         tick_s, next_tick = self.options.tick_ms / 1000, 0.0
-        poll, tick, outbox = self.kafka.poll, self.core.tick, self.core.outbox
+        poll, tick, outbox = self._kafka.poll, self._core.tick, self._core.outbox
         served = outbox.served
         while not self._stop.is_set():
             if outbox.served != served:
@@ -295,7 +300,7 @@ class Peer:
                     log.exception("peer %s housekeeping failed", self.peer_id)
 
     def __enter__(self) -> "Peer":
-        if self.core.phase is Phase.CREATED:
+        if self._core.phase is Phase.CREATED:
             self.start()
         return self
 
@@ -307,7 +312,7 @@ class Peer:
                     timeout: float | None = None) -> Delivery:
         """Queue a point-to-point send; the :class:`Delivery` completes once it holds at
         ``durability``. Blocks only while the flight size is reached (``timeout``)."""
-        return self.core.send(to, message, durability, timeout)
+        return self._core.send(to, message, durability, timeout)
 
     def send(self, to: str, message: Any, durability: str = "log",
              timeout: float | None = None) -> str:
@@ -315,41 +320,41 @@ class Peer:
         acknowledged the Send), ``quorum`` (a majority of the partition's replicas applied
         it) or ``all`` (the stable cut covers it). A persistent message to a peer that is
         down or unreachable is logged and replayed to it later: no error."""
-        return self.core.send(to, message, durability, timeout).result(timeout)
+        return self._core.send(to, message, durability, timeout).result(timeout)
 
     def post(self, to: str, message: Any, durability: str = "log",
              timeout: float | None = None) -> str:
         """Fire and forget: queue a send and return its message id at once, with no handle
         (the fastest way to send many messages). :meth:`flush` waits for every one and
-        raises :class:`~log.exceptions.DeliveryError` if Kafka refused any."""
-        return self.core.post(to, message, durability, timeout)
+        raises :class:`~tidemark.log.exceptions.DeliveryError` if Kafka refused any."""
+        return self._core.post(to, message, durability, timeout)
 
     def publish_nowait(self, message: Any, durability: str = "log",
                        timeout: float | None = None) -> Delivery:
         """Queue a publish to every subscriber of the message's type."""
-        return self.core.publish(message, durability, timeout)
+        return self._core.publish(message, durability, timeout)
 
     def publish(self, message: Any, durability: str = "log",
                 timeout: float | None = None) -> str:
         """Publish and return the message id once ``durability`` holds for every subscriber."""
-        return self.core.publish(message, durability, timeout).result(timeout)
+        return self._core.publish(message, durability, timeout).result(timeout)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every send so far is confirmed; False at the deadline. Raises
-        :class:`~log.exceptions.DeliveryError` if Kafka refused a posted send."""
-        done = self.core.flight.wait_empty(timeout)
-        self.core.check_posted()
+        :class:`~tidemark.log.exceptions.DeliveryError` if Kafka refused a posted send."""
+        done = self._core.flight.wait_empty(timeout)
+        self._core.check_posted()
         return done
 
     def subscribers(self, message_cls: type) -> list[str]:
         """Peers whose directory entry subscribes to ``message_cls``."""
-        return self.core.subscribers(message_cls)
+        return self._core.subscribers(message_cls)
 
     def wait_for_peer(self, peer_id: str, timeout: float = 30.0,
                       condition: Callable[[PeerEntry], bool] | None = None) -> PeerEntry:
         """Block until the directory shows ``peer_id`` alive (and ``condition``)."""
         deadline = time.monotonic() + timeout
-        core = self.core
+        core = self._core
         with core.dir_changed:
             while True:
                 entry = core.directory.get(peer_id)

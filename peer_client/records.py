@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from log.codec import Codec, default_codec
-from log.fast_encoder import varint
+from tidemark.log.codec import Codec, default_codec
+from tidemark.peer_client.avro_fast import length_bytes
 
-__all__ = ["PEER_SCHEMAS", "peer_codec", "mark_direct", "Envelope", "encode_varint"]
+__all__ = ["PEER_SCHEMAS", "peer_codec", "mark_direct", "Envelope"]
 
 #: The peer client's own schemas (all registered in the shared codec).
 PEER_SCHEMAS = ("DeliveryFailed", "DirectBatch", "DirectReceipt")
@@ -25,11 +25,6 @@ def peer_codec() -> Codec:
     return default_codec()
 
 
-def encode_varint(n: int) -> bytes:
-    """Avro zigzag varint of a non-negative length."""
-    return varint(n << 1)
-
-
 def mark_direct(send_value: bytes, incarnation: str) -> bytes:
     """An encoded Send (written with ``direct_incarnation`` null) re-marked as delivered
     directly to ``incarnation``. The field is the schema's last one, so its null branch is
@@ -37,7 +32,7 @@ def mark_direct(send_value: bytes, incarnation: str) -> bytes:
     if not send_value or send_value[-1] != 0:
         raise ValueError("Send value does not end with a null direct_incarnation")
     raw = incarnation.encode("utf-8")
-    return b"".join((send_value[:-1], b"\x02", encode_varint(len(raw)), raw))
+    return b"".join((send_value[:-1], b"\x02", length_bytes(len(raw)), raw))
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """The peer side of replay on restart: the queue from a replica, then the handover.
 
-:class:`ReplicaReplayer` is the ``replayer`` a :class:`~peer_client.peer.Peer` runs right
+:class:`ReplicaReplayer` is the ``replayer`` a :class:`~tidemark.peer_client.peer.Peer` runs right
 after it registered its new incarnation (live messages are held back meanwhile):
 
 1. **Replay.** :meth:`ReplicaClient.replay_any` on any live replica of the peer's txlog
@@ -34,22 +34,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gossip.cluster_config import ConfigLog, Epoch
-from gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
-from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
-from gossip.service import ReplicaClient
-from log.codec import MARKER
-from log.consumer import LogConsumer
-from log.exceptions import CodecError, LogError
-from log.fast_decoder import RecordReader
-from log.offsets import end_offsets
-from log.registry import env_value
-from log.settings import Settings
-from peer_client.core import RUNNING, PeerCore
-from peer_client.exceptions import ReplayDeniedError
-from peer_client.records import Envelope, encode_varint, peer_codec
-from peer_client.replay_entries import EntryReader
-from peer_client.tail import Tail
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
+from tidemark.gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
+from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
+from tidemark.gossip.service import ReplicaClient
+from tidemark.log.codec import MARKER
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.exceptions import CodecError, LogError
+from tidemark.log.fast_decoder import RecordReader
+from tidemark.log.offsets import end_offsets
+from tidemark.log.registry import env_value
+from tidemark.log.settings import Settings
+from tidemark.peer_client.avro_fast import length_bytes
+from tidemark.peer_client.core import RUNNING, PeerCore
+from tidemark.peer_client.exceptions import ReplayDeniedError
+from tidemark.peer_client.records import Envelope, peer_codec
+from tidemark.peer_client.replay_entries import EntryReader
+from tidemark.peer_client.tail import Tail
 
 __all__ = ["ReplicaReplayer", "TxlogFollower", "ReplayFailedError", "EntryReader"]
 
@@ -63,12 +64,12 @@ class ReplayFailedError(RuntimeError):
 def _mark_suffix(incarnation: str) -> bytes:
     """The last bytes of a Send marked as delivered directly to ``incarnation``."""
     raw = incarnation.encode("utf-8")
-    return b"\x02" + encode_varint(len(raw)) + raw
+    return b"\x02" + length_bytes(len(raw)) + raw
 
 
 def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end: int,
               lookback_ms: int = 30_000) -> Tail:
-    """:class:`~peer_client.tail.Tail`: ``peer_id``'s records in txlog/``partition``
+    """:class:`~tidemark.peer_client.tail.Tail`: ``peer_id``'s records in txlog/``partition``
     ``[start, end)``, the stretch the queues had not read when a replay started on what they
     covered, plus the acks of the ``lookback_ms`` before ``start`` (an Ack may precede its
     Send). Only the peer's own records are decoded (they carry its key)."""
@@ -256,7 +257,7 @@ class ReplicaReplayer:
     without failing (held messages are released, the follower keeps delivering).
     ``covered`` (the default): the replay starts on what the queues job already covers
     instead of waiting for it to reach the txlog end; the peer first reads its own acks,
-    failures and purges of the rest from txlog (:mod:`peer_client.tail`: nothing acked,
+    failures and purges of the rest from txlog (:mod:`tidemark.peer_client.tail`: nothing acked,
     dead-lettered or purged is delivered again) and the handover delivers the rest's Sends.
     False: the replica waits for the queues to cover the txlog end. ``delivery_limit``:
     the queues job's (default: the ``TIDEMARK_DELIVERY_LIMIT`` setting)."""

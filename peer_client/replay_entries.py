@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import struct
 
-from gossip.replay_rows import HEAD_SIZE, ROW_HEAD, ROW_TAG
-from log.codec import MARKER
-from log.exceptions import CodecError
-from log.fast_decoder import RecordReader, compile_tuple_reader
-from peer_client.records import Envelope, peer_codec
+from tidemark.gossip.replay_rows import HEAD_SIZE, ROW_HEAD, ROW_TAG
+from tidemark.log.codec import MARKER
+from tidemark.log.exceptions import CodecError
+from tidemark.log.fast_decoder import RecordReader, compile_tuple_reader
+from tidemark.peer_client.records import Envelope, peer_codec
 
 __all__ = ["EntryReader"]
 
@@ -21,7 +21,7 @@ _ENTRY_FIELDS = ["peer", "message_id", "sender", "message_type", "payload", "tim
 
 class EntryReader:
     """Replayed entries to the :class:`Envelope` of each message. A replay row
-    (:mod:`gossip.replay_rows`, what replicas store now) is read with one ``struct`` call;
+    (:mod:`tidemark.gossip.replay_rows`, what replicas store now) is read with one ``struct`` call;
     QueueEntry bytes of the current schema field by field (no dict); any other (an older
     writer schema) through the codec."""
 

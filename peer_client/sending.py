@@ -1,6 +1,6 @@
 """The send side of the peer core: send, post and publish.
 
-Mixed into :class:`peer_client.core.PeerCore`; kept apart because it is the hot path. The
+Mixed into :class:`tidemark.peer_client.core.PeerCore`; kept apart because it is the hot path. The
 common case (durability ``log``, recipient not up, nothing queued for it) encodes the Send
 and appends it without building any intermediate object.
 """
@@ -12,17 +12,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from log.exceptions import OversizedMessageError
-from peer_client.avro_fast import SendEncoder
-from peer_client.context import Phase
-from peer_client.directory import DirectoryCache, PeerEntry
-from peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
-from peer_client.flight import FlightControl
-from peer_client.inbox import Inbox
-from peer_client.messages import _BY_CLASS, MessageType, message_type_of
-from peer_client.options import LEVELS
-from peer_client.outbox import Outbox, OutItem
-from peer_client.ports import Delivery
+from tidemark.log.exceptions import OversizedMessageError
+from tidemark.peer_client.avro_fast import SendEncoder
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.delivery import Delivery
+from tidemark.peer_client.directory import DirectoryCache, PeerEntry
+from tidemark.peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
+from tidemark.peer_client.flight import FlightControl
+from tidemark.peer_client.inbox import Inbox
+from tidemark.peer_client.messages import _BY_CLASS, MessageType, message_type_of
+from tidemark.peer_client.options import LEVELS
+from tidemark.peer_client.outbox import Outbox, OutItem
 
 __all__ = ["Sending"]
 
@@ -31,7 +31,7 @@ RUNNING = (Phase.STARTING, Phase.REPLAY, Phase.HANDOVER, Phase.NORMAL)
 
 
 class Sending:
-    """send / post / publish over the state :class:`~peer_client.core.PeerCore` holds."""
+    """send / post / publish over the state :class:`~tidemark.peer_client.core.PeerCore` holds."""
 
     peer_id: str
     environment: str
@@ -178,7 +178,7 @@ class Sending:
             failed, first = self._post_failed, self._post_first_error
             self._post_failed, self._post_first_error = 0, None
         if failed:
-            from log.exceptions import DeliveryError
+            from tidemark.log.exceptions import DeliveryError
             raise DeliveryError(f"{failed} posted send(s) not acknowledged by Kafka;"
                                 f" first: {first}")
 

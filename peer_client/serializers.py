@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from log.codec import MARKER, schema_fingerprint
-from log.fast_decoder import compile_flat_reader, compile_tuple_reader
-from peer_client.avro_fast import compile_object_encoder
-from peer_client.exceptions import MessageTypeError, PayloadError
+from tidemark.log.codec import MARKER, schema_fingerprint
+from tidemark.log.fast_decoder import compile_flat_reader, compile_tuple_reader
+from tidemark.peer_client.avro_fast import compile_object_encoder
+from tidemark.peer_client.exceptions import MessageTypeError, PayloadError
 
 __all__ = ["Serializer", "AvroSerializer", "JsonSerializer", "avro_schema_for"]
 

@@ -1,7 +1,7 @@
 """Durability ``quorum`` and ``all``, answered by the replica nodes: the peer holds one
 ``Watch`` stream per replica node it waits on, and each node sends the applied and stable
 ends of its txlog partitions whenever they move. The bookkeeping (which waits a report
-settles) is :class:`peer_client.confirmations.Confirmations`; this module does the I/O.
+settles) is :class:`tidemark.peer_client.confirmations.Confirmations`; this module does the I/O.
 The peer never polls: a send completes on the first report that covers it."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import grpc
 
-from gossip.cluster_config import ConfigLog, Epoch
-from gossip.service import ReplicaClient
-from log.settings import Settings
-from peer_client.confirmations import Confirmations
-from peer_client.exceptions import DurabilityTimeoutError, DurabilityUnavailableError
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
+from tidemark.gossip.service import ReplicaClient
+from tidemark.log.settings import Settings
+from tidemark.peer_client.confirmations import Confirmations
+from tidemark.peer_client.exceptions import DurabilityTimeoutError, DurabilityUnavailableError
 
 __all__ = ["ReplicaStability"]
 
@@ -28,7 +28,8 @@ _REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class ReplicaStability:
-    """A :class:`~peer_client.ports.StabilityPort` over the replica cluster of ``settings``.
+    """A :class:`~tidemark.peer_client.ports.StabilityPort` over the replica cluster of
+    ``settings``.
 
     One thread follows each node's ``Watch`` stream (reconnecting with a backoff when the
     node goes away); one housekeeping thread fails the waits past their deadline, follows

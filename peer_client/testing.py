@@ -13,7 +13,7 @@ restart a peer (which replays what it had not acked), stall the replicas.
     b = bus.restart("B")                     # o-2 is replayed (ctx.replay, delivery_count)
 
 Each peer is the library's real core (the same send, receive, dedup, ack and failure logic as
-:class:`peer_client.Peer`) over in-memory ports. Everything runs on the calling thread: a
+:class:`tidemark.peer_client.Peer`) over in-memory ports. Everything runs on the calling thread: a
 message is queued when sent and handled by :meth:`TestBus.run_until_idle`, which the bus calls
 after every top-level call unless ``auto_run=False``. The bus keeps the txlog it was given
 (:attr:`TestBus.records`) and derives each peer's unacked queue from it, as the real queues do.
@@ -28,14 +28,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from log.partitioner import partition_for_peer
-from peer_client.context import Phase
-from peer_client.core import RUNNING
-from peer_client.exceptions import PeerUnreachableError
-from peer_client.messages import message_type_of
-from peer_client.options import PeerOptions
-from peer_client.records import Envelope, peer_codec
-from peer_client.testing_peer import TestPeer, _Msg
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.queue_fold import QueueFold, events_of
+from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, Ttl
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.core import RUNNING
+from tidemark.peer_client.exceptions import PeerUnreachableError
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.records import Envelope, peer_codec
+from tidemark.peer_client.testing_peer import TestPeer, _Msg
 
 __all__ = ["TestBus", "TestPeer", "SimulatedCrash", "LoggedRecord"]
 
@@ -63,8 +65,12 @@ class TestBus:
 
     def __init__(self, environment: str = "test", *, options: PeerOptions | None = None,
                  partitions: int = 12, max_message_bytes: int = 1_000_000,
-                 auto_run: bool = True, start_ms: int = 1_700_000_000_000) -> None:
+                 auto_run: bool = True, start_ms: int = 1_700_000_000_000,
+                 delivery_limit: int = DEFAULT_DELIVERY_LIMIT) -> None:
         self.environment = environment
+        #: the queues' rules (the job's defaults): a message that failed ``delivery_limit``
+        #: times is dead-lettered, no longer replayed (:meth:`dead_letters`)
+        self.ttl = Ttl(delivery_limit=delivery_limit)
         self.options = options or PeerOptions(ack_linger_ms=0)
         self.partitions = partitions
         self.max_message_bytes = max_message_bytes
@@ -111,7 +117,7 @@ class TestBus:
 
     def start_peer(self, peer: TestPeer) -> None:
         """Run ``peer``'s start sequence on the bus (called by :meth:`TestPeer.start`)."""
-        core = peer.core
+        core = peer._core
         core.set_phase(Phase.STARTING)
         for key, desc in list(self.directory.items()):
             core.on_directory(key, desc)
@@ -132,10 +138,10 @@ class TestBus:
         every message it had not acked (``ctx.replay``, ``ctx.delivery_count`` = failures so
         far). A running peer is stopped first."""
         old = self._peers[peer_id]
-        if not old.crashed and old.core.phase in RUNNING:
+        if not old.crashed and old._core.phase in RUNNING:
             old.stop()
-        new = TestPeer(self, peer_id, old.core.environment, old.core.options,
-                       old.core.handlers)
+        new = TestPeer(self, peer_id, old._core.environment, old._core.options,
+                       old._core.handlers)
         self._peers[peer_id] = new
         new.start()
         return new
@@ -159,8 +165,8 @@ class TestBus:
 
     def _crash(self, peer: TestPeer) -> None:
         peer.crashed = True
-        peer.core.drop_pending_acks()
-        peer.core.set_phase(Phase.STOPPED)
+        peer._core.drop_pending_acks()
+        peer._core.set_phase(Phase.STOPPED)
         self._jobs = deque(j for j in self._jobs if j[0] is not peer)
 
     def duplicate(self, message_id: str, to: str, bypass_dedup: bool = False) -> None:
@@ -173,18 +179,18 @@ class TestBus:
             raise KeyError(f"no message {message_id} was sent to {to}")
         peer = self._peers[to]
         if bypass_dedup:
-            peer.core.dedup.forget(message_id)
+            peer._core.dedup.forget(message_id)
         copy = Envelope(env.message_id, env.sender, env.message_type, env.payload,
                         env.timestamp_ms, env.persistent, env.environment, env.delivery_count)
-        peer.core.inbox.accept(copy)
+        peer._core.inbox.accept(copy)
         self.run_if_auto()
 
     def advance(self, seconds: float) -> None:
         """Move the clock; running peers heartbeat, others' entries may expire."""
         self.clock_ms += int(seconds * 1000)
         for peer in list(self._peers.values()):
-            if not peer.crashed and peer.core.phase in RUNNING:
-                peer.core.tick()
+            if not peer.crashed and peer._core.phase in RUNNING:
+                peer._core.tick()
         self.run_if_auto()
 
     def stall_replicas(self) -> None:
@@ -202,7 +208,7 @@ class TestBus:
     def purge(self, peer_id: str) -> None:
         """Append a Purge: ``peer_id``'s queue empties."""
         self.append_record(peer_id, self._codec.encode("Purge", {
-            "peer": peer_id, "environment": self._peers[peer_id].core.environment
+            "peer": peer_id, "environment": self._peers[peer_id]._core.environment
             if peer_id in self._peers else self.environment, "timestamp_ms": self.clock_ms}),
             None)
 
@@ -216,13 +222,13 @@ class TestBus:
         try:
             while self._jobs and steps < max_steps:
                 peer, incarnation, job = self._jobs.popleft()
-                if peer.crashed or peer.core.incarnation != incarnation:
+                if peer.crashed or peer._core.incarnation != incarnation:
                     continue
                 steps += 1
                 self._run_job(peer, job)
             for peer in self._peers.values():
-                if not peer.crashed and peer.core.phase in RUNNING:
-                    peer.core.flush_acks()
+                if not peer.crashed and peer._core.phase in RUNNING:
+                    peer._core.flush_acks()
         finally:
             self._running = False
         return steps
@@ -270,7 +276,7 @@ class TestBus:
     # ---- what TestPeer's ports call (public for them; tests need not) ---------------------
     def attach(self, peer: TestPeer) -> None:
         """Make ``peer``'s current incarnation reachable at its ``mem://`` endpoint."""
-        self._incarnations[peer.core.incarnation] = peer
+        self._incarnations[peer._core.incarnation] = peer
 
     def stall(self, done: Callable[[BaseException | None], None]) -> None:
         """Hold a stability wait until :meth:`resume_replicas`."""
@@ -278,7 +284,7 @@ class TestBus:
 
     def submit_job(self, peer: TestPeer, job: Any) -> None:
         """Queue a handler job of ``peer``'s current incarnation."""
-        self._jobs.append((peer, peer.core.incarnation, job))
+        self._jobs.append((peer, peer._core.incarnation, job))
 
     def run_if_auto(self) -> None:
         """Run queued jobs now when the bus runs them automatically."""
@@ -289,7 +295,7 @@ class TestBus:
     def append_record(self, key: str, value: bytes, on_delivery: Any) -> None:
         """Append an encoded txlog record under ``key`` (a peer's log port)."""
         if len(value) > self.max_message_bytes:
-            from log.exceptions import OversizedMessageError
+            from tidemark.log.exceptions import OversizedMessageError
             raise OversizedMessageError(f"record of {len(value)} bytes exceeds"
                                         f" max_message_bytes={self.max_message_bytes}")
         dec = self._codec.decode(value)
@@ -304,18 +310,18 @@ class TestBus:
         """Write a directory entry and tell every running peer (a peer's directory port)."""
         self.directory[peer_id] = dict(descriptor)
         for peer in list(self._peers.values()):
-            if not peer.crashed and peer.core.phase is not Phase.CREATED:
-                peer.core.on_directory(peer_id, dict(descriptor))
+            if not peer.crashed and peer._core.phase is not Phase.CREATED:
+                peer._core.on_directory(peer_id, dict(descriptor))
 
     def _at(self, endpoint: str) -> TestPeer | None:
         peer = self._incarnations.get(endpoint[len("mem://"):].partition("/")[2])
-        if peer is None or peer.crashed or peer.core.phase not in RUNNING:
+        if peer is None or peer.crashed or peer._core.phase not in RUNNING:
             return None
         return peer
 
     def _probe(self, endpoint: str) -> str | None:
         peer = self._at(endpoint)
-        return None if peer is None else peer.core.incarnation
+        return None if peer is None else peer._core.incarnation
 
     def deliver_batch(self, endpoint: str, batch: bytes, done: Any) -> None:
         """Deliver a direct batch to the incarnation at ``endpoint`` (a peer's direct port)."""
@@ -324,7 +330,7 @@ class TestBus:
             done(None, PeerUnreachableError(f"connection refused by {endpoint}"))
             return
         record = self._codec.decode(batch).record
-        receipt = self._codec.decode(peer.core.receive_bytes(batch)).record
+        receipt = self._codec.decode(peer._core.receive_bytes(batch)).record
         if not receipt["error"]:
             for m in record["messages"]:
                 self._delivered[(peer.peer_id, m["message_id"])] = Envelope(
@@ -334,27 +340,37 @@ class TestBus:
 
     # ---- what the log says -----------------------------------------------------------------
     def _replay_envelopes(self, peer_id: str, all_sends: bool = False) -> Iterator[Envelope]:
-        queue: dict[str, LoggedRecord] = {}
-        acked: set[str] = set()
-        failures: dict[str, int] = {}
-        for rec in self.records:
-            if rec.key != peer_id:
-                continue
-            mid = rec.record.get("message_id", "")
-            if rec.name == "Send" and (all_sends or mid not in acked):
-                queue.setdefault(mid, rec)
-            elif rec.name in ("Ack", "AckBatch") and not all_sends:
-                for one in rec.record.get("message_ids") or (mid,):
-                    acked.add(one)
-                    queue.pop(one, None)
-            elif rec.name == "Purge" and not all_sends:
-                queue.clear()
-            elif rec.name == "DeliveryFailed":
-                failures[mid] = failures.get(mid, 0) + 1
-        for mid, rec in queue.items():
-            env = Envelope.from_send(rec.record, True, rec.partition, rec.offset)
-            env.delivery_count = failures.get(mid, 0)
+        if all_sends:
+            for rec in self.records:
+                if rec.key == peer_id and rec.name == "Send":
+                    yield Envelope.from_send(rec.record, True, rec.partition, rec.offset)
+            return
+        partition = partition_for_peer(peer_id, self.partitions)
+        for send, entry in self._queues().queue(peer_id):
+            assert send.record is not None
+            env = Envelope.from_send(send.record, True, partition, send.offset)
+            env.delivery_count = entry.delivery_count
             yield env
+
+    def _queues(self) -> QueueFold:
+        """The queues as the queues job folds them from :attr:`records` (the same model:
+        acks, early acks, purges, delivery counts, dead letters, memory lifetimes)."""
+        fold = QueueFold(self.ttl)
+        by_peer: dict[str, list[LoggedRecord]] = {}
+        for rec in self.records:
+            by_peer.setdefault(rec.key, []).append(rec)
+        for peer_id, recs in by_peer.items():
+            fold.apply(peer_id, [ev for r in recs for ev in events_of(r.name, r.record, r.offset)])
+        return fold
+
+    def dead_letters(self, peer_id: str | None = None) -> list[dict[str, Any]]:
+        """The messages the queues dead-lettered (of ``peer_id`` if given), as the queues job
+        writes them to ``deadletter``: peer, message id, failed deliveries, last reason."""
+        fold = self._queues()
+        return [{"peer": p, "message_id": let.message_id, "delivery_count": let.delivery_count,
+                 "reason": let.reason, "send_offset": let.send_offset}
+                for p in fold.peers if peer_id is None or p == peer_id
+                for let in fold.letters(p)]
 
     def unacked(self, peer_id: str) -> list[str]:
         """Message ids queued for ``peer_id`` (sent, not acked, not purged), in log order."""

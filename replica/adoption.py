@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import plyvel
 
-from gossip.interval_map import IntervalMap
-from replica.digests import rebuild_digests
-from replica.keys import CUT_KEY, NEW_KEY, POSITION, TOPIC_CODES
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.replica.digests import rebuild_digests
+from tidemark.replica.keys import CUT_KEY, NEW_KEY, POSITION, TOPIC_CODES
 
 __all__ = ["ADOPT_FILE", "FORMAT", "adopt_copy"]
 

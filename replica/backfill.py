@@ -1,14 +1,14 @@
 """Backfill: fill a gap of the interval map from a peer replica that holds the range.
 
 Gaps are filled chunk by chunk. Chunks are aligned to the store's backfill ranges
-(:data:`replica.digests.RANGE` offsets) and hold at most ``max_bytes`` of record values (the
-peer's ``Digest`` stops early at that bound and says where: ``end``), so a ``Fetch`` stays well
-below gRPC's 64 MiB message cap whatever the record size. For each chunk the node compares
-the peer's digest with the digest of the records it holds itself in the chunk (both read
-from the digests stored per range; the OpenSplice equality check): equal, it claims the
-chunk without copying (records a node holds but does not claim come from an adopted copy of
-a store, see :func:`replica.store.adopt_copy`); otherwise it fetches the peer's records and
-replaces its own in the chunk — records, indexes, digests and the map in one write batch.
+(:data:`tidemark.replica.digests.RANGE` offsets) and hold at most ``max_bytes`` of record values
+(the peer's ``Digest`` stops early at that bound and says where: ``end``), so a ``Fetch`` stays well
+below gRPC's 64 MiB message cap whatever the record size. For each chunk the node compares the
+peer's digest with the digest of the records it holds itself in the chunk (both read from the
+digests stored per range; the OpenSplice equality check): equal, it claims the chunk without copying
+(records a node holds but does not claim come from an adopted copy of a store, see
+:func:`tidemark.replica.store.adopt_copy`); otherwise it fetches the peer's records and replaces its
+own in the chunk — records, indexes, digests and the map in one write batch.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from gossip.interval_map import IntervalMap
-from gossip.missing import find_source
-from gossip.service import MAX_MESSAGE_BYTES, ReplicaClient, pack_records, unpack_records
-from replica.digests import RANGE
-from replica.ingest import index_txlog
-from replica.store import Store
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.gossip.missing import find_source
+from tidemark.gossip.service import MAX_MESSAGE_BYTES, ReplicaClient, pack_records, unpack_records
+from tidemark.replica.digests import RANGE
+from tidemark.replica.ingest import index_txlog
+from tidemark.replica.store import Store
 
 __all__ = ["Backfiller", "serve_digest", "serve_fetch", "CHUNK_BYTES"]
 

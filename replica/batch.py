@@ -4,24 +4,42 @@ map/position updates of the touched partitions, published only once written."""
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
-from gossip.interval_map import IntervalMap, record_hash
-from replica.digests import RANGE_BITS, merge_deltas
-from replica.keys import POSITION, data_key, map_key, position_key
+from tidemark.gossip.interval_map import IntervalMap, record_hash
+from tidemark.replica.digests import RANGE_BITS, merge_deltas
+from tidemark.replica.keys import POSITION, data_key, map_key, position_key
 
-if TYPE_CHECKING:
-    from replica.store import Store
-
-__all__ = ["Batch"]
+__all__ = ["Batch", "StoreState"]
 
 _HQ = struct.Struct(">HQ")
+
+
+class StoreState(Protocol):
+    """What a :class:`Batch` reads and updates of its :class:`~tidemark.replica.store.Store`
+    (the store commits its batches; the batch does not import it)."""
+
+    db: Any
+    maps: dict[tuple[str, int], IntervalMap]
+    positions: dict[tuple[str, int], int]
+    applied_ms: dict[tuple[str, int], int]
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """Serializes the store's commits."""
+
+    def map(self, topic: str, partition: int) -> IntervalMap:
+        """The current interval map of ``topic``/``partition``."""
+
+    def position(self, topic: str, partition: int) -> int | None:
+        """The consumer position of ``topic``/``partition``, None if unknown."""
 
 
 class Batch:
     """One atomic write: records plus the map/position updates of the touched partitions."""
 
-    def __init__(self, store: "Store", sync: bool = False) -> None:
+    def __init__(self, store: StoreState, sync: bool = False) -> None:
         self.store = store
         self.wb = store.db.write_batch(sync=sync)
         self.maps: dict[tuple[str, int], IntervalMap] = {}

@@ -1,5 +1,6 @@
 """The cluster TOML: Kafka settings (the shared ``[kafka]`` table, read by
-:func:`log.settings.load_settings`), node addresses, data folder, gossip and release policy.
+:func:`tidemark.log.settings.load_settings`), node addresses, data folder, gossip and release
+policy.
 
 ```toml
 [kafka]                      # exactly the table every Tidemark component reads
@@ -45,11 +46,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gossip.service import register_cluster_secret
-from log import registry
-from log.settings import Settings, load_settings, read_toml
-from replica.exceptions import ClusterConfigError
-from replica.store import StoreOptions
+from tidemark.gossip.service import register_cluster_secret
+from tidemark.log import registry
+from tidemark.log.settings import Settings, load_settings, read_toml
+from tidemark.replica.exceptions import ClusterConfigError
+from tidemark.replica.store import StoreOptions
 
 __all__ = ["NodeSpec", "PartitionSpec", "ReleasePolicy", "ClusterFile", "load_cluster_file",
            "render_cluster_file"]

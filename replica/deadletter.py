@@ -2,12 +2,12 @@
 and a copy Kafka will not take is recorded in the store's own dead-letter ledger instead.
 
 A poison record must never stop a consumer. The copy carries the reason and where the
-record came from in headers (the same headers as :class:`log.consumer.DeadLetterWriter`).
+record came from in headers (the same headers as :class:`tidemark.log.consumer.DeadLetterWriter`).
 A value larger than ``max_message_bytes`` (or a key over :data:`KEY_MAX` bytes) is
 truncated, and ``tidemark.truncated`` / ``tidemark.sha256`` give the original size and
 hash. When the copy is still refused (the dead-letter topic allows less on this cluster,
 authorization, a broker outage longer than the flush timeout) the record is written to the
-store's ledger (``Z`` keys, see :meth:`replica.store.Store.dead_letters`) in the same batch
+store's ledger (``Z`` keys, see :meth:`tidemark.replica.store.Store.dead_letters`) in the same batch
 that advances past it, so it is accounted for either way.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from log.exceptions import LogError
-from log.producer import LogProducer
-from log.settings import Settings
+from tidemark.log.exceptions import LogError
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
 
 __all__ = ["DeadLetters", "KEY_MAX", "REASON_MAX"]
 

@@ -1,12 +1,12 @@
 """Digests per backfill range, kept in the store beside the records.
 
-txlog offsets of a partition are cut into aligned *backfill ranges* of :data:`RANGE`
-offsets. For each range that holds records the store keeps ``H k range`` ->
-``(xor of record hashes, count, value bytes)``; every batch that puts or deletes a txlog
-record updates it in the same LevelDB write batch (:meth:`replica.store.Batch.put_record`,
-:meth:`~replica.store.Batch.delete_record`). The digest of any ``[start, end)`` is the XOR of
-the stored digests of the whole ranges inside it plus the hashes of the records at its
-ragged edges, so backfill compares aligned chunks without reading their records.
+txlog offsets of a partition are cut into aligned *backfill ranges* of :data:`RANGE` offsets. For
+each range that holds records the store keeps ``H k range`` -> ``(xor of record hashes, count, value
+bytes)``; every batch that puts or deletes a txlog record updates it in the same LevelDB write batch
+(:meth:`tidemark.replica.store.Batch.put_record`,
+:meth:`~tidemark.replica.store.Batch.delete_record`). The digest of any ``[start, end)`` is the XOR
+of the stored digests of the whole ranges inside it plus the hashes of the records at its ragged
+edges, so backfill compares aligned chunks without reading their records.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import plyvel
 
-from gossip.interval_map import record_hash
+from tidemark.gossip.interval_map import record_hash
 
 __all__ = ["RANGE", "RANGE_BITS", "DIGEST_PREFIX", "digest_key", "range_of", "RangeDigest",
            "merge_deltas", "range_digest", "rebuild_digests"]

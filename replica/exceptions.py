@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gossip.exceptions import NodeUnreachableError
-from log.exceptions import ConfigError, TidemarkError
+from tidemark.gossip.exceptions import NodeUnreachableError
+from tidemark.log.exceptions import ConfigError, TidemarkError
 
 __all__ = ["ReplicaError", "StoreError", "ClusterConfigError", "NodeUnreachableError"]
 

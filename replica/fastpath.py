@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import schemas
-from log.codec import MARKER, Codec
+from tidemark import schemas
+from tidemark.log.codec import MARKER, Codec
 
 __all__ = ["SEND", "ACK", "PURGE", "txlog_scanners", "scanner_for", "scan_send", "scan_ack",
            "scan_purge", "txlog_readers", "Fields"]

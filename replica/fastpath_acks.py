@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import schemas
-from log.codec import MARKER, Codec
-from replica.fastpath import Tail, _extra_kind, _strings, _tail, _varint
+from tidemark import schemas
+from tidemark.log.codec import MARKER, Codec
+from tidemark.replica.fastpath import Tail, _extra_kind, _strings, _tail, _varint
 
 __all__ = ["ACK_BATCH", "AckBatchFields", "AckBatchScanner", "ack_batch_scanner",
            "ack_batch_header", "scan_ack_batch"]
 
-#: The kind of an AckBatch among :mod:`replica.fastpath`'s SEND, ACK and PURGE.
+#: The kind of an AckBatch among :mod:`tidemark.replica.fastpath`'s SEND, ACK and PURGE.
 ACK_BATCH = 3
 #: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``, as UTF-8 bytes.
 AckBatchFields = tuple[int, bytes, list[bytes], int]

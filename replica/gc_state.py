@@ -1,5 +1,5 @@
 """Where GC of one txlog partition stands (the ``G k`` key), and when its pending Sends are
-swept: pure decisions on a :class:`GcState`, stored by :mod:`replica.release_policy`.
+swept: pure decisions on a :class:`GcState`, stored by :mod:`tidemark.replica.release_policy`.
 
 GC visits each record once, from a cursor. A Send whose Ack or Purge is not below the GC
 point yet stays where it is, below the cursor: it is *pending*, and nothing is written for

@@ -1,4 +1,4 @@
-"""The GC thread: bounded passes of :func:`replica.release_policy.collect`, off the ingest
+"""The GC thread: bounded passes of :func:`tidemark.replica.release_policy.collect`, off the ingest
 path."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from replica.config import ReleasePolicy
-from replica.release_policy import PassResult, collect
-from replica.store import Store
+from tidemark.replica.config import ReleasePolicy
+from tidemark.replica.release_policy import PassResult, collect
+from tidemark.replica.store import Store
 
 __all__ = ["GcWorker"]
 

@@ -4,7 +4,7 @@ Each step consumes a batch and applies it in one LevelDB write batch (records, i
 interval map, position). Positions live in the store, never in Kafka. A record that cannot
 be decoded goes to ``deadletter`` (flushed before the batch is written; a copy Kafka refuses,
 e.g. an oversized value, goes to the store's dead-letter ledger in the same batch, see
-:mod:`replica.deadletter`) and its offset still counts as applied. A jump in txlog offsets
+:mod:`tidemark.replica.deadletter`) and its offset still counts as applied. A jump in txlog offsets
 below the Kafka log start leaves a gap in the interval map for backfill; holes above it
 (non-data offsets) count as consumed.
 ``queues`` is compacted, so its map records consumer positions, holes included, and a
@@ -21,18 +21,25 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
-from gossip.replay_rows import encode_row
-from log.codec import default_codec
-from log.consumer import LogConsumer
-from log.exceptions import CodecError, LogError
-from log.settings import Settings
-from replica import queue_index
-from replica.batch import Batch
-from replica.deadletter import DeadLetters
-from replica.fastpath import ACK, PURGE, txlog_scanners
-from replica.fastpath_acks import ack_batch_header
-from replica.keys import ack_key, ack_prefix, deadletter_key, progress_key, purge_prefix, tp_name
-from replica.store import Store
+from tidemark.gossip.replay_rows import encode_row
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.exceptions import CodecError, LogError
+from tidemark.log.settings import Settings
+from tidemark.replica import queue_index
+from tidemark.replica.batch import Batch
+from tidemark.replica.deadletter import DeadLetters
+from tidemark.replica.fastpath import ACK, PURGE, txlog_scanners
+from tidemark.replica.fastpath_acks import ack_batch_header
+from tidemark.replica.keys import (
+    ack_key,
+    ack_prefix,
+    deadletter_key,
+    progress_key,
+    purge_prefix,
+    tp_name,
+)
+from tidemark.replica.store import Store
 
 __all__ = ["Ingestor", "index_txlog"]
 
@@ -184,7 +191,7 @@ class Ingestor:
         """Apply one consumed batch in one write batch. Records arrive in runs per
         partition; the per-run state (interval-map run, key prefixes) changes only when the
         partition changes or an offset jumps, and each txlog value is only scanned
-        (:mod:`replica.fastpath`), falling back to the full decode when the scan fails."""
+        (:mod:`tidemark.replica.fastpath`), falling back to the full decode when the scan fails."""
         batch = self.store.batch(self.sync)
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}

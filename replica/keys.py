@@ -7,8 +7,8 @@
 ``I k peer\\0 off`` queue index (txlog order of a peer's queue, value: the queue key);
 ``Y pin`` GC pin lease (JSON); ``Z tp off`` dead-letter ledger (poison records whose
 dead-letter copy Kafka refused); ``H k range`` digest of the txlog records of one backfill
-range (:mod:`replica.digests`). ``G k`` GC cursor, ``W k ...`` pending Sends, ``E k ...``
-Ack index expiries: owned by :mod:`replica.release_policy`.
+range (:mod:`tidemark.replica.digests`). ``G k`` GC cursor, ``W k ...`` pending Sends, ``E k ...``
+Ack index expiries: owned by :mod:`tidemark.replica.release_policy`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ A pin belongs to its ``owner`` (the replaying peer). When a peer's call is being
 (``gossip.peer_auth.serving_peer``: the gRPC layer authenticated its token), it may only
 grant pins owned by itself, on its own txlog partition only, and renew or release its own;
 another peer's pin or partition is refused with
-:class:`~gossip.exceptions.PeerForbiddenError`. The node's own work and cluster members are
+:class:`~tidemark.gossip.exceptions.PeerForbiddenError`. The node's own work and cluster members are
 not restricted.
 """
 
@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gossip.gc_point import clamp_pin
-from gossip.peer_auth import check_owner, check_pin_barrier
-from replica.store import PIN_PREFIX, Store, pin_key
+from tidemark.gossip.gc_point import clamp_pin
+from tidemark.gossip.peer_auth import check_owner, check_pin_barrier
+from tidemark.replica.store import PIN_PREFIX, Store, pin_key
 
 __all__ = ["Lease", "Leases", "PERSIST_STEP_MS", "DEFAULT_LEASE_MS"]
 

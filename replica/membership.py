@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gossip.cluster_config import Epoch, Partition
-from gossip.interval_map import IntervalMap
-from gossip.node_state import NodeState
-from gossip.stable_cut import stable_cut
+from tidemark.gossip.cluster_config import Epoch, Partition
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.gossip.node_state import NodeState
+from tidemark.gossip.stable_cut import stable_cut
 
 __all__ = ["rejoin_epoch", "PromotionInput", "promotion_step", "promoted_epoch",
            "counting_owners", "node_cut"]

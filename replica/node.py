@@ -1,7 +1,8 @@
 """A replica node: ingest, gossip, the stable cut, GC, backfill, missing data, config changes.
 
-Its config steps (:mod:`replica.node_config`), gap repair (:mod:`replica.node_repair`) and
-RPC handlers (:mod:`replica.node_rpc`) are mixins in their own modules.
+Its config steps (:mod:`tidemark.replica.node_config`), gap repair
+(:mod:`tidemark.replica.node_repair`) and RPC handlers (:mod:`tidemark.replica.node_rpc`) are mixins
+in their own modules.
 
 The main thread ingests and, every gossip period, recomputes the cut and the GC point and
 follows the ``config`` topic; a gossip thread exchanges NodeStates with every other node of
@@ -19,28 +20,28 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
-from gossip.gc_point import cluster_gc_point, local_gc_cut
-from gossip.node_state import NodeState, PartitionRanges
-from gossip.service import ReplicaClient, gossip_round, start_server
-from gossip.stable_cut import HoldTracker, cut_holders, stable_cut_ms
-from log.exceptions import TidemarkError
-from replica.backfill import Backfiller
-from replica.config import ClusterFile
-from replica.exceptions import ClusterConfigError, ReplicaError
-from replica.gc_worker import GcWorker
-from replica.ingest import TOPICS, Ingestor
-from replica.leases import Leases
-from replica.membership import (
+from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
+from tidemark.gossip.gc_point import cluster_gc_point, local_gc_cut
+from tidemark.gossip.node_state import NodeState, PartitionRanges
+from tidemark.gossip.service import ReplicaClient, gossip_round, start_server
+from tidemark.gossip.stable_cut import HoldTracker, cut_holders, stable_cut_ms
+from tidemark.log.exceptions import TidemarkError
+from tidemark.replica.backfill import Backfiller
+from tidemark.replica.config import ClusterFile
+from tidemark.replica.exceptions import ClusterConfigError, ReplicaError
+from tidemark.replica.gc_worker import GcWorker
+from tidemark.replica.ingest import TOPICS, Ingestor
+from tidemark.replica.leases import Leases
+from tidemark.replica.membership import (
     counting_owners,
     node_cut,
 )
-from replica.metrics import NodeMetrics
-from replica.node_config import NodeConfigSteps
-from replica.node_repair import NodeRepair
-from replica.node_rpc import NodeRpc
-from replica.replay import ReplayService
-from replica.store import Store
+from tidemark.replica.metrics import NodeMetrics
+from tidemark.replica.node_config import NodeConfigSteps
+from tidemark.replica.node_repair import NodeRepair
+from tidemark.replica.node_rpc import NodeRpc
+from tidemark.replica.replay import ReplayService
+from tidemark.replica.store import Store
 
 __all__ = ["Node", "genesis_epoch", "step_wait", "push_due", "PUSH_SLACK"]
 

@@ -7,12 +7,12 @@ import logging
 import threading
 import time
 
-from gossip.cluster_config import append_epoch
-from log.offsets import end_offsets
-from replica.exceptions import ReplicaError
-from replica.ingest import TOPICS
-from replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
-from replica.node_parts import NodeParts
+from tidemark.gossip.cluster_config import append_epoch
+from tidemark.log.offsets import end_offsets
+from tidemark.replica.exceptions import ReplicaError
+from tidemark.replica.ingest import TOPICS
+from tidemark.replica.membership import PromotionInput, promoted_epoch, promotion_step, rejoin_epoch
+from tidemark.replica.node_parts import NodeParts
 
 __all__ = ["NodeConfigSteps"]
 
@@ -20,7 +20,7 @@ log = logging.getLogger("replica.node")
 
 
 class NodeConfigSteps(NodeParts):
-    """Mixin of :class:`replica.node.Node`: its config-change steps."""
+    """Mixin of :class:`tidemark.replica.node.Node`: its config-change steps."""
 
     ust: dict[str, int]
     period: float

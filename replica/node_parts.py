@@ -1,4 +1,4 @@
-"""What the :class:`replica.node.Node` mixins share: the node's attributes, declared once
+"""What the :class:`tidemark.replica.node.Node` mixins share: the node's attributes, declared once
 (``node_config.NodeConfigSteps``, ``node_repair.NodeRepair`` and ``node_rpc.NodeRpc`` read
 and set them)."""
 
@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import threading
 
-from gossip.cluster_config import ConfigLog, Epoch
-from gossip.node_state import NodeState
-from log.settings import Settings
-from replica.config import ClusterFile
-from replica.ingest import Ingestor
-from replica.store import Store
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
+from tidemark.gossip.node_state import NodeState
+from tidemark.log.settings import Settings
+from tidemark.replica.config import ClusterFile
+from tidemark.replica.ingest import Ingestor
+from tidemark.replica.store import Store
 
 __all__ = ["NodeParts"]
 
 
 class NodeParts:
-    """Attribute declarations only; :class:`replica.node.Node` assigns them."""
+    """Attribute declarations only; :class:`tidemark.replica.node.Node` assigns them."""
 
     node_id: str
     cf: ClusterFile

@@ -7,11 +7,11 @@ import json
 import logging
 import time
 
-from gossip.cluster_config import Partition
-from gossip.missing import unrecoverable, without_losses
-from replica.backfill import Backfiller
-from replica.metrics import NodeMetrics
-from replica.node_parts import NodeParts
+from tidemark.gossip.cluster_config import Partition
+from tidemark.gossip.missing import unrecoverable, without_losses
+from tidemark.replica.backfill import Backfiller
+from tidemark.replica.metrics import NodeMetrics
+from tidemark.replica.node_parts import NodeParts
 
 __all__ = ["NodeRepair"]
 
@@ -19,7 +19,7 @@ log = logging.getLogger("replica.node")
 
 
 class NodeRepair(NodeParts):
-    """Mixin of :class:`replica.node.Node`: gap repair."""
+    """Mixin of :class:`tidemark.replica.node.Node`: gap repair."""
 
     backfiller: Backfiller
     metrics: NodeMetrics

@@ -12,20 +12,19 @@ from typing import Any
 
 import grpc
 
-from gossip.exceptions import ReplayRefusedError
-from gossip.service import pack_records
-from replica.backfill import serve_digest
-from replica.exceptions import ReplicaError
-from replica.leases import Leases
-from replica.node_parts import NodeParts
-from replica.replay import ReplayService
-from replica.status import StatusSnapshot, build_status
+from tidemark.gossip.exceptions import ReplayRefusedError
+from tidemark.replica.backfill import serve_digest, serve_fetch
+from tidemark.replica.exceptions import ReplicaError
+from tidemark.replica.leases import Leases
+from tidemark.replica.node_parts import NodeParts
+from tidemark.replica.replay import ReplayService
+from tidemark.replica.status import StatusSnapshot, build_status
 
 __all__ = ["NodeRpc"]
 
 
 class NodeRpc(NodeParts):
-    """Mixin of :class:`replica.node.Node`: its RPC handlers."""
+    """Mixin of :class:`tidemark.replica.node.Node`: its RPC handlers."""
 
     progress: threading.Condition
     stopping: threading.Event
@@ -57,7 +56,7 @@ class NodeRpc(NodeParts):
 
     def rpc_digest(self, body: bytes) -> bytes:
         """Digest and count of stored records in a range (backfill equality check), bounded
-        by ``max_bytes`` when asked (:func:`replica.backfill.serve_digest`)."""
+        by ``max_bytes`` when asked (:func:`tidemark.replica.backfill.serve_digest`)."""
         return serve_digest(self.store, body)
 
     def _end(self, k: int) -> tuple[int, int]:
@@ -127,13 +126,12 @@ class NodeRpc(NodeParts):
                 first = {}
 
     def rpc_fetch(self, body: bytes) -> bytes:
-        """Stored records of a range."""
-        req = json.loads(body)
-        return pack_records(self.store.records(req["partition"], req["start"], req["end"]))
+        """Stored records of a range (:func:`~tidemark.replica.backfill.serve_fetch`)."""
+        return serve_fetch(self.store, body)
 
     def rpc_pin(self, body: bytes) -> bytes:
         """``{barrier: {tp: offset}, lease_ms?, owner?}`` -> ``{pin, barrier, lease_ms,
-        expires_ms}``: a lease (:mod:`replica.leases`) holding the GC point at ``barrier``
+        expires_ms}``: a lease (:mod:`tidemark.replica.leases`) holding the GC point at ``barrier``
         (raised to the current GC point) until unpinned or not renewed for ``lease_ms``."""
         req = json.loads(body)
         with self.lock:

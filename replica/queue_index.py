@@ -2,7 +2,7 @@
 
 Ingest applies ``queues`` records through :func:`put_entry` (a QueueEntry upsert) and
 :func:`delete_entry` (a tombstone). Both write the entry and its index entry
-(:func:`replica.store.queue_index_key`: partition, peer, txlog offset -> queue key and the
+(:func:`tidemark.replica.store.queue_index_key`: partition, peer, txlog offset -> queue key and the
 entry, :func:`index_value`) into the
 same LevelDB write batch, so the index never disagrees with the entries after a crash. A
 tombstone carries no value, so the old entry (from the batch's pending changes, else the
@@ -16,11 +16,11 @@ import logging
 import struct
 from collections.abc import Callable
 
-from log.codec import default_codec
-from log.exceptions import CodecError
-from replica.batch import Batch
-from replica.keys import queue_index_key, queue_index_prefix, queue_prefix
-from replica.store import Store
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.replica.batch import Batch
+from tidemark.replica.keys import queue_index_key, queue_index_prefix, queue_prefix
+from tidemark.replica.store import Store
 
 __all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position",
            "index_value"]
@@ -66,7 +66,7 @@ def indexed(batch: Batch, partition: int, key: bytes) -> tuple[str, int] | None:
 def put_entry(batch: Batch, partition: int, key: bytes, value: bytes, peer: str,
               offset: int, row: bytes | None = None) -> None:
     """Upsert QueueEntry ``value`` under ``key`` with its index entry, in ``batch``. The
-    index entry carries ``row`` (the entry's replay row, :mod:`gossip.replay_rows`), or the
+    index entry carries ``row`` (the entry's replay row, :mod:`tidemark.gossip.replay_rows`), or the
     QueueEntry bytes when there is none."""
     old = indexed(batch, partition, key)
     if old is not None and old != (peer, offset):

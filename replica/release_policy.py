@@ -14,7 +14,7 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
 - A Send whose Ack or Purge is not below the GC point yet is *pending*: it stays where it is,
   below the cursor, and nothing is written for it (an index of pending Sends by message id
   cost a random-order write per Send, which LevelDB's compactions then kept rewriting).
-  Visiting an Ack or a Purge marks the partition for a *sweep* (:mod:`replica.gc_state`):
+  Visiting an Ack or a Purge marks the partition for a *sweep* (:mod:`tidemark.replica.gc_state`):
   at most every ``sweep_interval_ms``, the records left below the cursor are read again in
   offset order and those now acked or purged below the point are released. Duplicate Sends
   are therefore all released with their Ack.
@@ -49,13 +49,13 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from log.codec import default_codec
-from log.exceptions import CodecError
-from replica.batch import Batch
-from replica.config import ReleasePolicy
-from replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
-from replica.fastpath_acks import ACK_BATCH, AckBatchFields, ack_batch_header
-from replica.gc_state import (
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.replica.batch import Batch
+from tidemark.replica.config import ReleasePolicy
+from tidemark.replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
+from tidemark.replica.fastpath_acks import ACK_BATCH, AckBatchFields, ack_batch_header
+from tidemark.replica.gc_state import (
     GcState,
     decode_state,
     encode_state,
@@ -64,8 +64,8 @@ from replica.gc_state import (
     state_key,
     sweep_due,
 )
-from replica.keys import ack_prefix, data_key, purge_prefix
-from replica.store import Store
+from tidemark.replica.keys import ack_prefix, data_key, purge_prefix
+from tidemark.replica.store import Store
 
 __all__ = ["release", "collect", "PassResult", "GcState", "load_state", "CHUNK", "MAX_SKEW_MS",
            "batch_expiry", "expiry_suffixes"]

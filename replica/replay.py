@@ -1,15 +1,15 @@
 """The ``Replay`` stream on a replica node: barrier, pin, queue in txlog order, ack pacing.
 
 For a peer of this node's partitions the node takes a barrier (the txlog high watermark of
-the peer's partition), pins the GC point there (a lease, :mod:`replica.leases`), tells the
+the peer's partition), pins the GC point there (a lease, :mod:`tidemark.replica.leases`), tells the
 peer (header), waits until its own copy of the Spark job's QueueProgress for the partition
 reaches the barrier, then streams the peer's queue entries below the barrier from the queue
-index (:mod:`replica.queue_index`) in txlog order: ``batch`` entries at a time, the next
+index (:mod:`tidemark.replica.queue_index`) in txlog order: ``batch`` entries at a time, the next
 batch only once at most ``window`` are unacked, so at most ``batch + window`` are ever
 unacked. At most two batches are in memory (the one sent and the next, read ahead). The
 last message says the replay is complete up to the barrier; the stream then stays open
 (renewing the pin with every message of the peer) until the peer closes its side. Wire
-format: :mod:`gossip.replay`.
+format: :mod:`tidemark.gossip.replay`.
 
 Two requests change the barrier: ``barrier`` (a retry on another replica keeps the barrier
 of the replay it resumes, so it does not wait for the queues again) and ``covered`` (the
@@ -31,14 +31,14 @@ from typing import Any
 
 import grpc
 
-from gossip.exceptions import (
+from tidemark.gossip.exceptions import (
     PinExpiredError,
     QueuesBehindError,
     ReplayError,
     ReplayRefusedError,
     ReplicaBusyError,
 )
-from gossip.replay import (
+from tidemark.gossip.replay import (
     COMPLETE,
     DEFAULT_BATCH,
     DEFAULT_WINDOW,
@@ -46,15 +46,15 @@ from gossip.replay import (
     WAITING,
     encode_entries,
 )
-from gossip.replay_rows import RowError, queue_entry
-from log.codec import default_codec
-from log.exceptions import CodecError
-from log.offsets import watermarks
-from log.partitioner import partition_for_peer
-from log.settings import Settings
-from replica.leases import Leases
-from replica.queue_index import read_queue
-from replica.store import Store, progress_key
+from tidemark.gossip.replay_rows import RowError, queue_entry
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.log.offsets import watermarks
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import Settings
+from tidemark.replica.leases import Leases
+from tidemark.replica.queue_index import read_queue
+from tidemark.replica.store import Store, progress_key
 
 __all__ = ["ReplayService", "ReplayLimits", "Session"]
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gossip.cluster_config import Epoch
-from gossip.node_state import NodeState
+from tidemark.gossip.cluster_config import Epoch
+from tidemark.gossip.node_state import NodeState
 
 __all__ = ["StatusSnapshot", "build_status", "render_text"]
 

@@ -5,9 +5,9 @@ of each touched partition — goes into one LevelDB write batch, so a kill -9 at
 leaves a store that resumes with no gap and no duplicate. In-memory maps are replaced only
 after the batch is written.
 
-The key layout is :mod:`replica.keys`, the batch :mod:`replica.batch`, digests per backfill
-range :mod:`replica.digests`, adopting a copied folder :mod:`replica.adoption`; their public
-names are re-exported here.
+The key layout is :mod:`tidemark.replica.keys`, the batch :mod:`tidemark.replica.batch`, digests per
+backfill range :mod:`tidemark.replica.digests`, adopting a copied folder
+:mod:`tidemark.replica.adoption`; their public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import plyvel
 
-from gossip.interval_map import IntervalMap
-from replica.adoption import ADOPT_FILE, FORMAT, adopt_copy
-from replica.batch import Batch
-from replica.digests import range_digest, rebuild_digests
-from replica.exceptions import StoreError
-from replica.keys import (
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.replica.adoption import ADOPT_FILE, FORMAT, adopt_copy
+from tidemark.replica.batch import Batch
+from tidemark.replica.digests import range_digest, rebuild_digests
+from tidemark.replica.exceptions import StoreError
+from tidemark.replica.keys import (
     CUT_KEY,
     NEW_KEY,
     PIN_PREFIX,
@@ -178,7 +178,7 @@ class Store:
     def digest(self, partition: int, start: int, end: int) -> tuple[int, int]:
         """``(xor of record hashes, count)`` of the stored records in ``[start, end)`` —
         the equality check backfill uses to skip ranges both sides already hold (whole
-        backfill ranges from their stored digests, see :mod:`replica.digests`)."""
+        backfill ranges from their stored digests, see :mod:`tidemark.replica.digests`)."""
         acc, n, _ = range_digest(self.db, self.records, partition, start, end)
         return acc, n
 

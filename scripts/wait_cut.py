@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from log.offsets import end_offsets
-from log.settings import load_settings
+from tidemark.log.offsets import end_offsets
+from tidemark.log.settings import load_settings
 
 
 def status() -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from log.settings import Settings, default_state_dir
+from tidemark.log.settings import Settings, default_state_dir
 
 __all__ = ["default_checkpoint"]
 

@@ -25,13 +25,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from log.codec import default_codec
-from log.consumer import read_to_end
-from log.exceptions import CodecError
-from log.producer import LogProducer
-from log.settings import Settings
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.sink import LETTER_SOURCE
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import read_to_end
+from tidemark.log.exceptions import CodecError
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.exceptions import QueuesError
+from tidemark.spark_streaming.sink import LETTER_SOURCE
 
 __all__ = ["DeadLetter", "DELIVERY", "POISON", "read_letters", "replay", "replay_id"]
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from log.codec import default_codec
-from log.consumer import LogConsumer, read_to_end
-from log.exceptions import CodecError, LogError
-from log.offsets import end_offsets, watermarks
-from log.settings import Settings
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.queue_state import is_progress_key, split_queue_key
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import LogConsumer, read_to_end
+from tidemark.log.exceptions import CodecError, LogError
+from tidemark.log.offsets import end_offsets, watermarks
+from tidemark.log.queue_state import is_progress_key, split_queue_key
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["QueuesView", "read_queues", "ProgressTracker", "wait_for_progress", "depth_report"]
 
@@ -128,7 +128,7 @@ def depth_report(settings: Settings, peer: str | None = None) -> dict:
     """The documented JSON shape: ``{"progress": {"0": o}, "peers": {p: n}, "total": T}``."""
     partitions = None
     if peer is not None:
-        from log.partitioner import partition_for_peer
+        from tidemark.log.partitioner import partition_for_peer
         count = len(watermarks(settings, "txlog"))
         partitions = [partition_for_peer(peer, count)]
     view = read_queues(settings, partitions)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from log.exceptions import TidemarkError
+from tidemark.log.exceptions import TidemarkError
 
 __all__ = ["QueuesError", "SparkUnavailableError", "QueryFailedError"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from log.consumer import LogConsumer
-from log.settings import Settings
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.settings import Settings
 
 __all__ = ["read_offsets"]
 

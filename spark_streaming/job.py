@@ -1,9 +1,9 @@
 """The Structured Streaming query: txlog -> per-peer state -> queues (+ progress, deadletter).
 
-Plan: Kafka source on txlog (``kafka.*`` options from :class:`log.settings.Settings`) ->
+Plan: Kafka source on txlog (``kafka.*`` options from :class:`tidemark.log.settings.Settings`) ->
 ``groupBy(partition % groups).transformWithStateInPandas`` (state in the RocksDB state store: one
-MapState entry per message, see :mod:`spark_streaming.state_layout`, read and written in
-batches by :class:`~spark_streaming.pyspark_state.SparkMaps`) -> ``foreachBatch``, which
+MapState entry per message, see :mod:`tidemark.spark_streaming.state_layout`, read and written in
+batches by :class:`~tidemark.spark_streaming.pyspark_state.SparkMaps`) -> ``foreachBatch``, which
 
 1. collects the batch's output (net changes only) and writes the QueueEntry upserts and
    tombstones to queues partition = the txlog partition they came from, and poison records
@@ -13,7 +13,7 @@ batches by :class:`~spark_streaming.pyspark_state.SparkMaps`) -> ``foreachBatch`
 
 A batch that is re-run after a crash reads the same offsets from the same state version and
 writes the same rows again, which is harmless. :func:`run_job` restarts a failed query by itself
-(:mod:`spark_streaming.supervisor`).
+(:mod:`tidemark.spark_streaming.supervisor`).
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from log.exceptions import TidemarkError
-from log.settings import Settings
-from spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
-from spark_streaming.pyspark_state import SparkMaps
-from spark_streaming.queue_state import (
+from tidemark.log.exceptions import TidemarkError
+from tidemark.log.queue_state import (
     DEFAULT_ACK_TTL_MS,
     DEFAULT_DEDUP_WINDOW_MS,
     DEFAULT_DELIVERY_LIMIT,
     Ttl,
 )
-from spark_streaming.sink import BatchWriter
-from spark_streaming.state_groups import choose_groups
-from spark_streaming.supervisor import Supervisor, first_line
-from spark_streaming.transform import OUTPUT_SCHEMA, process_rows
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
+from tidemark.spark_streaming.pyspark_state import SparkMaps
+from tidemark.spark_streaming.sink import BatchWriter
+from tidemark.spark_streaming.state_groups import choose_groups
+from tidemark.spark_streaming.supervisor import Supervisor, first_line
+from tidemark.spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
 __all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
            "kafka_options", "check_topics", "start_query", "run_job"]
@@ -80,7 +80,7 @@ class JobOptions:
     query_name: str = "tidemark-queues"
     state_partitions: int | None = None
     #: State groups (txlog partition % groups); None: one per state partition for a new local
-    #: checkpoint, else what the checkpoint has (:mod:`spark_streaming.state_groups`).
+    #: checkpoint, else what the checkpoint has (:mod:`tidemark.spark_streaming.state_groups`).
     state_groups: int | None = None
     #: Failed deliveries before a message goes to deadletter (``TIDEMARK_DELIVERY_LIMIT``).
     delivery_limit: int = field(default_factory=lambda: _env_limit())  # noqa: PLW0108
@@ -93,7 +93,7 @@ class JobOptions:
 
 def _env_limit() -> int:
     """The ``delivery_limit`` setting from the environment (its default if unset)."""
-    from log.registry import env_value
+    from tidemark.log.registry import env_value
     try:
         return int(env_value("delivery_limit"))
     except KeyError:  # an older registry without the setting
@@ -103,7 +103,7 @@ def _env_limit() -> int:
 def txlog_partitions(settings: Settings) -> int:
     """txlog's actual partition count (``settings.partitions`` if it cannot be read)."""
     try:
-        from log.offsets import watermarks
+        from tidemark.log.offsets import watermarks
         return len(watermarks(settings, "txlog")) or settings.partitions
     except (TidemarkError, KafkaException):  # Spark's own source will report the problem
         return settings.partitions
@@ -146,11 +146,11 @@ def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
         conf["spark.sql.streaming.checkpointFileManagerClass"] = \
             "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
     if options.master:
-        from log.jvm import spark_connector_jars
+        from tidemark.log.jvm import spark_connector_jars
         conf["spark.jars"] = ",".join(spark_connector_jars())
         # Python workers that do not re-read pyspark's zips/jars at every task (pydaemon.py).
         # Local mode only: the daemon must import spark_streaming before any task runs.
-        conf["spark.python.daemon.module"] = "spark_streaming.pydaemon"
+        conf["spark.python.daemon.module"] = "tidemark.spark_streaming.pydaemon"
         # Python workers run the interpreter named by PYSPARK_PYTHON (pyspark reads only the
         # environment): this one, so that they see the same packages.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -268,7 +268,7 @@ def start_query(spark: Any, settings: Settings, options: JobOptions,
 
 def check_topics(settings: Settings) -> int:
     """txlog and queues must exist with the same partition count; returns it."""
-    from log.offsets import watermarks
+    from tidemark.log.offsets import watermarks
     counts = {}
     for name in ("txlog", "queues", "deadletter"):
         try:
@@ -285,8 +285,8 @@ def check_topics(settings: Settings) -> int:
 
 
 def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
-    """Run until SIGTERM/SIGINT (graceful stop, exit 0); a failed query is started again from
-    its checkpoint after a backoff (:class:`~spark_streaming.supervisor.Supervisor`). Raises
+    """Run until SIGTERM/SIGINT (graceful stop, exit 0); a failed query is started again from its
+    checkpoint after a backoff (:class:`~tidemark.spark_streaming.supervisor.Supervisor`). Raises
     :class:`QueryFailedError` when the Spark JVM is gone or ``options.max_restarts`` is spent.
 
     ``ready``, if given, is called with the ``StreamingQuery`` each time it (re)starts.

@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from log.fast_encoder import varint
-from spark_streaming.state_layout import KEY_SCHEMA, STATE_NAME, VALUE_SCHEMA
+from tidemark.log.fast_encoder import varint
+from tidemark.spark_streaming.state_layout import KEY_SCHEMA, STATE_NAME, VALUE_SCHEMA
 
 __all__ = ["SparkMaps", "GROUP_BYTES"]
 
@@ -49,7 +49,7 @@ def _map_call(name: str, call: int, inner: bytes) -> bytes:
 
 
 class SparkMaps:
-    """:class:`~spark_streaming.state_layout.StateMaps` on the queue state's MapState
+    """:class:`~tidemark.spark_streaming.state_layout.StateMaps` on the queue state's MapState
     (registered here, in ``init``); ``stats`` counts requests and round trips."""
 
     def __init__(self, handle: Any, name: str = STATE_NAME) -> None:

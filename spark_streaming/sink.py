@@ -7,13 +7,13 @@ import os
 import time
 from typing import Any
 
-from log.codec import default_codec
-from log.exceptions import CodecError, OversizedMessageError, TidemarkError
-from log.producer import LogProducer
-from log.settings import Settings
-from spark_streaming.fetch import read_offsets
-from spark_streaming.queue_state import progress_key, split_queue_key
-from spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, OUTPUT_COLUMNS, TOMBSTONE
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError, OversizedMessageError, TidemarkError
+from tidemark.log.producer import LogProducer
+from tidemark.log.queue_state import progress_key, split_queue_key
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.fetch import read_offsets
+from tidemark.spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, OUTPUT_COLUMNS, TOMBSTONE
 
 __all__ = ["BatchWriter", "LETTER_SOURCE", "POISON_SOURCE"]
 
@@ -29,7 +29,7 @@ class BatchWriter:
 
     The batch's output is net changes (each queue key at most once), so it is collected to
     the driver in one Spark job and written with the project's durable producer (settings
-    from :class:`~log.settings.Settings` only). ``flush`` raises if Kafka refused anything,
+    from :class:`~tidemark.log.settings.Settings` only). ``flush`` raises if Kafka refused anything,
     which fails the batch before its progress is written; the restarted batch rewrites the
     same rows.
     """
@@ -136,8 +136,8 @@ class BatchWriter:
                                       **self.timings}) + "\n")
 
     def write(self, batch_id: int, rows: list[tuple[Any, ...]]) -> None:
-        """Write one batch's output rows (:data:`~spark_streaming.transform.OUTPUT_COLUMNS`),
-        then its progress records."""
+        """Write one batch's output rows
+        (:data:`~tidemark.spark_streaming.transform.OUTPUT_COLUMNS`), then its progress records."""
         producer = self.producer
         queues, deadletter = producer.topic("queues"), producer.topic("deadletter")
         produce = producer.produce_raw

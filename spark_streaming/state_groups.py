@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spark_streaming.exceptions import QueuesError
+from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["MARKER", "choose_groups", "local_checkpoint"]
 

@@ -31,7 +31,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from spark_streaming.queue_state import Chunk, Entry, Fifo, PeerMeta, queue_key
+from tidemark.log.queue_state import Chunk, Entry, Fifo, PeerMeta, queue_key
 
 __all__ = ["STATE_NAME", "KEY_SCHEMA", "VALUE_SCHEMA", "StateMaps", "MemoryMaps",
            "entry_key", "split_entry_key", "meta_key", "chunk_key", "entry_value", "entry_of",

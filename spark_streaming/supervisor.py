@@ -8,15 +8,15 @@ timed out, a batch whose ``flush`` was refused. Spark then stops the query
 checkpoint says where to resume: the batch that was in flight runs again from the same offsets
 and state version, which writes the same rows (docs/queues.md, "Restarts").
 
-:class:`Supervisor` runs that loop for :func:`spark_streaming.job.run_job`, with no Spark of its
-own (the unit tests drive it with fake queries):
+:class:`Supervisor` runs that loop for :func:`tidemark.spark_streaming.job.run_job`, with no Spark
+of its own (the unit tests drive it with fake queries):
 
 * **Failure.** The query terminated with an exception, or starting it raised. One warning
   line is logged (``queues query failed; restart=N backoff_s=S ran_s=R error=first line``,
   the error JSON-escaped) and the status file is rewritten.
 * **Session check.** ``recover`` (the job's) decides whether the session can start the query
   again: the same session if its SparkContext runs, a new one in the same JVM if the context
-  was stopped, and :class:`~spark_streaming.exceptions.QueryFailedError` (exit 1, for the
+  was stopped, and :class:`~tidemark.spark_streaming.exceptions.QueryFailedError` (exit 1, for the
   process supervisor: ``tidemark local up``, systemd, Kubernetes) if the JVM is gone.
 * **Backoff.** 1 s, doubling up to 30 s; a query that ran ``healthy_s`` (60 s) before failing
   starts the sequence again at 1 s. SIGTERM/SIGINT during the wait stop the job (exit 0).
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from log.exceptions import TidemarkError
-from spark_streaming.exceptions import QueryFailedError
+from tidemark.log.exceptions import TidemarkError
+from tidemark.spark_streaming.exceptions import QueryFailedError
 
 __all__ = ["Backoff", "Supervisor", "STATUS_NAME", "read_status", "first_line", "summarize"]
 

@@ -1,12 +1,12 @@
 """The stateful step of the job, on pandas: decode txlog rows, apply them, emit output rows.
 
-This is what runs inside Spark's ``transformWithStateInPandas`` for one state group (the
-txlog partitions ``p`` with ``p % groups`` equal, :mod:`spark_streaming.state_groups`), kept
-free of Spark: the state is reached through
-:class:`~spark_streaming.state_layout.StateMaps` (batched reads and writes of per-message
-entries), and the decisions are :mod:`spark_streaming.queue_state`'s. A batch reads and
-writes only the entries its rows name (plus expired memories, and the whole group for a
-Purge), in a handful of batched round trips. Output rows (:data:`OUTPUT_SCHEMA`) are:
+This is what runs inside Spark's ``transformWithStateInPandas`` for one state group (the txlog
+partitions ``p`` with ``p % groups`` equal, :mod:`tidemark.spark_streaming.state_groups`), kept free
+of Spark: the state is reached through :class:`~tidemark.spark_streaming.state_layout.StateMaps`
+(batched reads and writes of per-message entries), and the decisions are
+:mod:`tidemark.log.queue_state`'s. A batch reads and writes only the entries its rows
+name (plus expired memories, and the whole group for a Purge), in a handful of batched round trips.
+Output rows (:data:`OUTPUT_SCHEMA`) are:
 
 * ``entry``: a QueueEntry upsert (``key`` = peer NUL message id, ``value`` = QueueEntry);
   when only the delivery count changed and the Send was in an earlier batch, ``value`` is
@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from log.codec import Codec, default_codec
-from log.exceptions import CodecError
-from spark_streaming.queue_expiry import expiry_chunks, expiry_reads, plan_expiry
-from spark_streaming.queue_state import (
+from tidemark.log.codec import Codec, default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.log.queue_expiry import expiry_chunks, expiry_reads, plan_expiry
+from tidemark.log.queue_state import (
     ACK,
     ACK_BATCH,
     FAIL,
@@ -44,11 +44,11 @@ from spark_streaming.queue_state import (
     plan_events,
     queue_key,
 )
-from spark_streaming.records import RecordReader
+from tidemark.spark_streaming.records import RecordReader
 
 if TYPE_CHECKING:  # pandas comes with the [spark] extra; peers and replicas run without it
     import pandas as pd
-from spark_streaming.state_layout import (
+from tidemark.spark_streaming.state_layout import (
     StateMaps,
     chunk_key,
     chunk_of,

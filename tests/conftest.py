@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from log.settings import Settings, load_settings
-from log.topics import ensure_topics
+from tidemark.log.settings import Settings, load_settings
+from tidemark.log.topics import ensure_topics
 from tidemark.stack.launcher import LocalStack
 
 

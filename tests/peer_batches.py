@@ -10,14 +10,14 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from log.codec import default_codec
-from peer_client import MessageContext, message
-from peer_client.context import Phase
-from peer_client.core import PeerCore
-from peer_client.messages import message_type_of
-from peer_client.options import PeerOptions
-from peer_client.records import Envelope
-from peer_client.runner import ThreadExecutor
+from tidemark.log.codec import default_codec
+from tidemark.peer_client import MessageContext, message
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.core import PeerCore
+from tidemark.peer_client.executor import ThreadExecutor
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.records import Envelope
 
 __all__ = ["BatchItem", "ENCODE", "Log", "core_of", "messages", "envelopes", "model"]
 

@@ -1,5 +1,6 @@
-"""Helpers for tests: waiting on a condition with a deadline (never a bare sleep), and a
-peer run as a separate process (for the fault tests that SIGKILL it)."""
+"""Helpers for tests: waiting on a condition with a deadline (never a bare sleep), a peer run
+as a separate process (for the fault tests that SIGKILL it), and the queues txlog says there
+must be (:func:`expected_queues`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["wait_for", "PeerScript", "handled", "ROOT"]
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import read_to_end
+from tidemark.log.exceptions import CodecError
+from tidemark.log.offsets import watermarks
+from tidemark.log.queue_fold import QueueFold, events_of
+from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, MAX_ID_BYTES, Ttl
+from tidemark.log.settings import Settings
+
+__all__ = ["wait_for", "PeerScript", "handled", "ROOT", "expected_queues"]
 
 #: The repository root (peer scripts run there, so that they import the checkout).
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +49,8 @@ class PeerScript:
 
     def __init__(self, stack: Any, peer_id: str, script: str, args: list[str],
                  tmp: Path) -> None:
-        from gossip.peer_auth import issue_token
-        from replica.config import load_cluster_file
+        from tidemark.gossip.peer_auth import issue_token
+        from tidemark.replica.config import load_cluster_file
         from tidemark.stack.replicas import CONFIG_NAME
 
         self.err = tmp / f"{peer_id}-{os.getpid()}-{id(self)}.err"
@@ -103,3 +112,38 @@ def handled(record: Path) -> list[tuple[str, str, str, int]]:
         kind, inc, mid, n = line.split()
         rows.append((kind, inc, mid, int(n)))
     return rows
+
+
+_KINDS = ("Send", "Ack", "AckBatch", "Purge", "DeliveryFailed")  # what the job applies
+
+
+def expected_queues(settings: Settings, timeout_s: float = 120.0,
+                    delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+                    ) -> tuple[dict[str, set[str]], dict[int, int], int]:
+    """``(unacked ids per peer, txlog end offsets, undecodable records)``: txlog read with a
+    plain consumer and folded one record at a time by the queue model
+    (:class:`~tidemark.log.queue_fold.QueueFold`, the job's own decisions), so it is
+    independent of the job's batching, state store and output path. A record the job would
+    dead-letter as poison (undecodable, another peer's, an id too long) is counted apart."""
+    marks = watermarks(settings, "txlog")
+    fold = QueueFold(Ttl(delivery_limit=delivery_limit))
+    codec, bad = default_codec(), 0
+    for msg in (m for msgs in read_to_end(settings, "txlog", timeout_s=timeout_s, marks=marks)
+                for m in msgs):
+        try:
+            peer = (msg.key() or b"").decode()
+            decoded = codec.decode(msg.value())
+        except (CodecError, UnicodeDecodeError):
+            bad += 1
+            continue
+        rec = decoded.record
+        owner = rec.get("recipient", rec.get("peer"))
+        if not peer or owner != peer or decoded.name not in _KINDS or "\x00" in peer \
+                or max(len(peer.encode()), len(rec.get("message_id", "").encode())) \
+                > MAX_ID_BYTES:
+            bad += 1
+            continue
+        fold.apply(peer, events_of(decoded.name, rec, msg.offset()))
+    queues = {p: {send.message_id for send, _ in fold.queue(p)} for p in fold.peers}
+    ends = {p: hi for p, (_, hi) in marks.items()}
+    return {p: q for p, q in queues.items() if q}, ends, bad

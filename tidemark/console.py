@@ -9,19 +9,28 @@ becomes one readable line on stderr and exit code 1, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-from log import registry
-from log.exceptions import TidemarkError
-from tidemark.commands import cluster, deadletter, demo, local, peer, queues, replica, txlog
+from tidemark.log import registry
+from tidemark.log.exceptions import TidemarkError
 from tidemark.options import Parser, env_flag
 
 __all__ = ["main", "build_parser"]
 
-#: Command modules, in help order.
-COMMANDS = (local, txlog, replica, cluster, queues, deadletter, peer, demo)
+#: Command modules of :mod:`tidemark.commands`, in help order. They are imported when the
+#: parser is built: the peer library alone (``pip install tidemark``) does not install what
+#: the replica and queues commands import, and the command says so in one line.
+COMMANDS = ("local", "txlog", "replica", "cluster", "queues", "deadletter", "peer", "demo")
+#: What the extras install, by import name: a missing one is a missing extra, not a bug.
+EXTRAS = {"plyvel": "replica", "pyspark": "spark", "pandas": "spark", "pyarrow": "spark"}
+
+
+def _command_modules() -> list[ModuleType]:
+    return [importlib.import_module(f"tidemark.commands.{name}") for name in COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_parser = commands.add_parser("bench", help="benchmarks, each beside a raw baseline")
     bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH", parser_class=Parser)
     bench_parser.set_defaults(func=lambda args: _usage(bench_parser))
-    for module in COMMANDS:
+    for module in _command_modules():
         module.register(commands, bench)
     return parser
 
@@ -53,7 +62,15 @@ def _configure_logging(level: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"tidemark: error: the tidemark command needs the {extra!r} extra ({exc.name} is"
+              " not installed): pip install 'tidemark[all]'", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     try:
         registry.check_environment()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from log.exceptions import ClusterLaunchError, TidemarkError
+from tidemark.log.exceptions import ClusterLaunchError, TidemarkError
 
 __all__ = ["StackError", "ClusterLaunchError"]
 

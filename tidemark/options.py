@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from log import registry
-from log.exceptions import ConfigError
-from log.settings import Settings, load_settings
+from tidemark.log import registry
+from tidemark.log.exceptions import ConfigError
+from tidemark.log.settings import Settings, load_settings
 
 __all__ = ["Parser", "EnvDefault", "env_flag", "add_settings_args", "settings_from_args",
            "cluster_file",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from log.topics import delete_topic_set
+from tidemark.log.topics import delete_topic_set
 from tidemark.stack.launcher import LocalStack
 
 

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from log.codec import default_codec
-from log.consumer import read_to_end
-from log.exceptions import DeliveryError, UnderReplicatedError
-from log.producer import LogProducer
-from log.topics import check_replication
 from tests.support import wait_for
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import read_to_end
+from tidemark.log.exceptions import DeliveryError, UnderReplicatedError
+from tidemark.log.producer import LogProducer
+from tidemark.log.topics import check_replication
 from tidemark.stack.launcher import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]

@@ -31,14 +31,14 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from log.codec import default_codec
-from log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
-from log.offsets import end_offsets, log_start_offsets, topic_partitions, watermarks
-from log.partitioner import partition_for_peer
-from log.producer import LogProducer
-from log.settings import TOPICS, Settings, load_settings
-from log.topics import describe_topics, ensure_topics, require_topics
 from tests.support import wait_for
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
+from tidemark.log.offsets import end_offsets, log_start_offsets, topic_partitions, watermarks
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import TOPICS, Settings, load_settings
+from tidemark.log.topics import describe_topics, ensure_topics, require_topics
 from tidemark.stack.launcher import LocalStack
 
 TIDEMARK = str(Path(sys.executable).with_name("tidemark"))
@@ -208,7 +208,7 @@ def test_unreachable_bootstrap_is_one_line_per_command(tmp_path: Path) -> None:
                                        "peer-1", "--bootstrap", UNREACHABLE],
         "topics describe": [TIDEMARK, "topics", "describe", "--bootstrap", UNREACHABLE],
         "load": [TIDEMARK, "load", "--messages", "10", "--bootstrap", UNREACHABLE],
-        "log.inspect": [sys.executable, "-m", "log.inspect"],
+        "log.inspect": [sys.executable, "-m", "tidemark.log.inspect"],
         "cluster show": [TIDEMARK, "cluster", "show", "--bootstrap", UNREACHABLE],
     }
     env = _env(tmp_path)
@@ -345,7 +345,7 @@ def test_lookups_right_after_a_broker_kill(healthy: LocalStack, tmp_path: Path) 
     assert require_topics(settings) == {t: (PARTITIONS if t in ("txlog", "queues") else
                                             1 if t == "config" else 3) for t in TOPICS}
     assert describe_topics(settings)[settings.topic("txlog")]["partitions"] == PARTITIONS
-    from log.inspect import count_txlog
+    from tidemark.log.inspect import count_txlog
     counts, _ = count_txlog(settings)
     assert counts["Send"] == 600
 
@@ -370,7 +370,7 @@ def test_job_start_check_right_after_a_broker_kill(healthy: LocalStack) -> None:
     counts = require_topics(settings, ("txlog", "queues", "deadletter"))
     assert counts == {"txlog": PARTITIONS, "queues": PARTITIONS, "deadletter": 3}
     pytest.importorskip("pyspark")
-    from spark_streaming.job import check_topics
+    from tidemark.spark_streaming.job import check_topics
     assert check_topics(settings) == PARTITIONS
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from log.consumer import read_to_end
-from log.settings import Settings
-from peer_client import PeerOptions, message
-from peer_client.peer import Peer
-from peer_client.records import peer_codec
 from tests.support import wait_for
+from tidemark.log.consumer import read_to_end
+from tidemark.log.settings import Settings
+from tidemark.peer_client import PeerOptions, message
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.records import peer_codec
 
 pytestmark = pytest.mark.fault
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 B_SCRIPT = textwrap.dedent("""
     import sys, threading
     from dataclasses import dataclass
-    from peer_client import Peer, PeerOptions, message
+    from tidemark.peer_client import Peer, PeerOptions, message
 
     @message("ftest.Work")
     @dataclass

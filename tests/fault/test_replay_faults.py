@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from gossip.cluster_config import ConfigLog
-from log.consumer import read_to_end
-from log.partitioner import partition_for_peer
-from log.settings import Settings
-from peer_client import message
-from peer_client.peer import Peer
-from peer_client.records import peer_codec
-from spark_streaming.runner import JobProcess
 from tests.support import PeerScript, handled, wait_for
+from tidemark.gossip.cluster_config import ConfigLog
+from tidemark.log.consumer import read_to_end
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import Settings
+from tidemark.peer_client import message
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.records import peer_codec
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
@@ -44,9 +44,9 @@ pytestmark = [pytest.mark.fault, pytest.mark.spark, pytest.mark.timeout(900)]
 PEER_SCRIPT = textwrap.dedent("""
     import json, os, sys, threading
     from dataclasses import dataclass
-    from log.settings import load_settings
-    from peer_client import MessageContext, Peer, PeerOptions, message
-    from peer_client.replay import ReplicaReplayer
+    from tidemark.log.settings import load_settings
+    from tidemark.peer_client import MessageContext, Peer, PeerOptions, message
+    from tidemark.peer_client.replay import ReplicaReplayer
 
     @message("rfault.Job")
     @dataclass

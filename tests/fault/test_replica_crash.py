@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from log.consumer import LogConsumer
-from log.offsets import end_offsets
-from log.producer import LogProducer
-from replica.store import Store
 from tests.support import wait_for
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.offsets import end_offsets
+from tidemark.log.producer import LogProducer
+from tidemark.replica.store import Store
 from tidemark.stack.replicas import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))

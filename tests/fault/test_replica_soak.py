@@ -3,7 +3,7 @@ stays bounded by configuration, not by the size of the store: peak under 512 MiB
 little growth over the second half of the run. Runs only under ``make soak``.
 
 The node side is the ``bench ingest`` path (the replica Ingestor into a fresh LevelDB store
-with the default :class:`replica.store.StoreOptions`) in a fresh process, which samples its
+with the default :class:`tidemark.replica.store.StoreOptions`) in a fresh process, which samples its
 own RSS every 500k records.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from log.load import generate_load
-from log.offsets import end_offsets
-from log.settings import Settings
-from log.topics import delete_topic_set
+from tidemark.log.load import generate_load
+from tidemark.log.offsets import end_offsets
+from tidemark.log.settings import Settings
+from tidemark.log.topics import delete_topic_set
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(3600)]
 
@@ -41,8 +41,8 @@ def _memory() -> dict[str, float]:
 
 def _ingest_child(settings: Settings, ends: dict[int, int], folder: str, out: Any) -> None:
     """Ingest every record up to ``ends``; put one sample per SAMPLE_EVERY, then the end."""
-    from replica.ingest import Ingestor
-    from replica.store import Store
+    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.store import Store
     store = Store(folder, "soak")
     ingest = Ingestor(settings, store, "soak")
     ingest.assign(list(ends))

@@ -29,15 +29,15 @@ from typing import Any
 
 import pytest
 
-from log.consumer import read_to_end
-from log.partitioner import partition_for_peer
-from log.settings import Settings
-from peer_client import Delivery, PeerClientError, message
-from peer_client.peer import Peer
-from peer_client.records import peer_codec
-from spark_streaming.runner import JobProcess
 from tests.support import PeerScript, handled, wait_for
+from tidemark.log.consumer import read_to_end
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import Settings
+from tidemark.peer_client import Delivery, PeerClientError, message
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.records import peer_codec
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
@@ -54,10 +54,10 @@ STRIDE = 10_000_000
 PEER_SCRIPT = textwrap.dedent("""
     import json, os, sys, threading, time
     from dataclasses import dataclass
-    from log.exceptions import LogError
-    from log.settings import load_settings
-    from peer_client import MessageContext, Peer, PeerOptions, message
-    from peer_client.replay import ReplicaReplayer
+    from tidemark.log.exceptions import LogError
+    from tidemark.log.settings import load_settings
+    from tidemark.peer_client import MessageContext, Peer, PeerOptions, message
+    from tidemark.peer_client.replay import ReplicaReplayer
 
     @message("rload.Job")
     @dataclass

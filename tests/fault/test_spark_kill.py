@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from log.load import generate_load
-from log.topics import ensure_topics
-from spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
-from spark_streaming.runner import expected_queues
-from tests.support import wait_for
+from tests.support import expected_queues, wait_for
+from tidemark.log.load import generate_load
+from tidemark.log.topics import ensure_topics
+from tidemark.spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan
 

@@ -28,13 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from log.load import generate_load
-from log.offsets import end_offsets
-from log.topics import ensure_topics
-from spark_streaming.depth import ProgressTracker, read_queues
-from spark_streaming.runner import expected_queues
-from spark_streaming.supervisor import STATUS_NAME, read_status
-from tests.support import wait_for
+from tests.support import expected_queues, wait_for
+from tidemark.log.load import generate_load
+from tidemark.log.offsets import end_offsets
+from tidemark.log.topics import ensure_topics
+from tidemark.spark_streaming.depth import ProgressTracker, read_queues
+from tidemark.spark_streaming.supervisor import STATUS_NAME, read_status
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.processes import is_alive
 from tidemark.stack.spark import plan
@@ -43,7 +42,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(480)]
 
 #: What marks a PySpark Python worker process on its command line (a Python interpreter's:
 #: the JVM's own command line names the daemon module too, in its ``--conf``).
-WORKER_MARKS = (b"spark_streaming.pydaemon", b"spark_streaming/pydaemon.py", b"pyspark.daemon",
+WORKER_MARKS = (b"tidemark.spark_streaming.pydaemon", b"spark_streaming/pydaemon.py", b"pyspark.daemon",
                 b"pyspark.worker")
 RECOVERY_S = 30.0
 

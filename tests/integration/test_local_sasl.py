@@ -18,8 +18,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from test_replica_support import ends, status, txlog_ust
 
-from log.consumer import read_to_end
 from tests.support import wait_for
+from tidemark.log.consumer import read_to_end
 from tidemark.stack.launcher import LocalStack
 
 pytestmark = pytest.mark.integration
@@ -98,8 +98,8 @@ def test_clients_without_valid_credentials_are_refused(sasl_stack: LocalStack,
 def test_the_spark_job_reads_and_writes_through_sasl(sasl_stack: LocalStack) -> None:
     """The queues job (Spark's Java Kafka source and sink, settings translated to the Java
     client's JAAS config) materializes the queues of the load through the SCRAM listener."""
-    from spark_streaming.depth import read_queues
-    from spark_streaming.runner import expected_queues
+    from tests.support import expected_queues
+    from tidemark.spark_streaming.depth import read_queues
     from tidemark.stack import spark_plan
 
     settings = sasl_stack.settings()

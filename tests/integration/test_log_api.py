@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from log.codec import default_codec
-from log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
-from log.exceptions import OversizedMessageError
-from log.offsets import end_offsets
-from log.partitioner import partition_for_peer
-from log.producer import LogProducer
-from log.settings import Settings
-from log.topics import check_replication, describe_topics
 from tests.support import wait_for
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
+from tidemark.log.exceptions import OversizedMessageError
+from tidemark.log.offsets import end_offsets
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.log.topics import check_replication, describe_topics
 
 pytestmark = pytest.mark.integration
 

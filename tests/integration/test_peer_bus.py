@@ -11,22 +11,19 @@ from typing import Any
 
 import pytest
 
-from log.consumer import read_to_end
-from log.settings import Settings
-from peer_client import (
-    DuplicatePeerError,
-    MessageContext,
-    OversizedMessageError,
-    PeerOptions,
-    WrongEnvironmentError,
-    message,
-    message_type_of,
-)
-from peer_client.aio import AsyncPeer
-from peer_client.direct import DirectClient
-from peer_client.peer import Peer
-from peer_client.records import peer_codec
 from tests.support import wait_for
+from tidemark.log.consumer import read_to_end
+from tidemark.log.settings import Settings
+from tidemark.peer_client import MessageContext, PeerOptions, message, message_type_of
+from tidemark.peer_client.aio import AsyncPeer
+from tidemark.peer_client.direct import DirectClient
+from tidemark.peer_client.exceptions import (
+    DuplicatePeerError,
+    OversizedMessageError,
+    WrongEnvironmentError,
+)
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.records import peer_codec
 
 pytestmark = pytest.mark.integration
 
@@ -138,9 +135,9 @@ def test_environments_are_refused_everywhere(fresh_settings: Settings) -> None:
     with pytest.raises(WrongEnvironmentError, match="settings say 'test'"):
         Peer("P", "prod", fresh_settings.with_overrides(environment="test"), OPTS)
     with Peer("P", "prod", fresh_settings, OPTS) as p, Peer("A", "test", fresh_settings, OPTS) as a:
-        wait_for(lambda: a.core.directory.foreign_environment("P") == "prod", 30, 0.05,
+        wait_for(lambda: a._core.directory.foreign_environment("P") == "prod", 30, 0.05,
                  "A seeing P's registration")
-        wait_for(lambda: p.core.directory.foreign_environment("A") == "test", 30, 0.05,
+        wait_for(lambda: p._core.directory.foreign_environment("A") == "test", 30, 0.05,
                  "P seeing A's registration")
         with pytest.raises(WrongEnvironmentError, match="peer P is in environment 'prod'"):
             a.send("P", Order(1))

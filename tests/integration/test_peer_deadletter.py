@@ -6,7 +6,8 @@ for one of them. Each incarnation of B replays its queue, the handler fails, the
 appends DeliveryFailed; the handler sees the message exactly ``limit`` times across restarts
 (with ``ctx.delivery_count`` 0, 1, 2), never again after that; ``tidemark deadletter list``
 shows it, and after ``tidemark deadletter replay`` the next incarnation sees it once more,
-with its count reset.
+with its count reset. The same scenario on the test double (:class:`TestBus`, the queues
+job's own model in memory) gives the same deliveries and the same dead letter.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from dataclasses import dataclass
 import pytest
 from test_replica_support import replicas_and_job
 
-from log.settings import Settings
-from peer_client import MessageContext, message
-from peer_client.context import Phase
-from peer_client.peer import Peer
-from peer_client.replay import ReplicaReplayer
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.runner import JobProcess
 from tests.support import wait_for
+from tidemark.log.settings import Settings
+from tidemark.peer_client import MessageContext, message
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.replay import ReplicaReplayer
+from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 LIMIT, POISON = 3, 5
@@ -122,9 +123,31 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
     assert "job 5 is poison" in letter["reason"]
     mid = seen.of(POISON)[0][3]
     assert letter["message_id"] == mid
+    assert _on_the_test_double(settings.environment) == (
+        [(c, r) for _, c, r, _ in seen.of(POISON)], [(letter["count"], letter["reason"])])
     _cli(settings, "deadletter", "replay", mid)       # while B is down
     _incarnation(s, job, seen, LIMIT + 1)
     last = seen.of(POISON)[-1]
     assert len(seen.of(POISON)) == LIMIT + 1 and last[1] == 0 and last[3] != mid
     assert last[3].startswith(mid + "~replay-")
     assert job.alive, job.log_tail()
+
+
+def _on_the_test_double(environment: str) -> tuple[list[tuple[int, bool]], list[tuple[int, str]]]:
+    """The scenario above on :class:`TestBus`: A posts ten Jobs while B is down, B starts
+    ``LIMIT + 1`` times; B's poison deliveries (count, replay) and B's dead letters (count,
+    reason)."""
+    from tidemark.peer_client.testing import TestBus
+
+    bus = TestBus(environment=environment, delivery_limit=LIMIT)
+    a = bus.peer("A")
+    for i in range(10):
+        a.post("B", Job(i))
+    seen = Handler()
+    for _ in range(LIMIT + 1):
+        b = bus.peer("B", start=False)
+        b.handler(Job)(seen)
+        b.start()
+        b.stop()
+    return ([(c, r) for _, c, r, _ in seen.of(POISON)],
+            [(x["delivery_count"], x["reason"]) for x in bus.dead_letters("B")])

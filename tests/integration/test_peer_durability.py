@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from test_replica_support import replica_stack, status
 
-from log.partitioner import partition_for_peer
-from peer_client import DurabilityTimeoutError, FlightSizeExceededError, PeerOptions, message
-from peer_client.bench import bench_stable
-from peer_client.peer import Peer
 from tests.support import wait_for
+from tidemark.bench.peer import bench_stable
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.peer_client import PeerOptions, message
+from tidemark.peer_client.exceptions import DurabilityTimeoutError, FlightSizeExceededError
+from tidemark.peer_client.peer import Peer
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,7 @@ def test_quorum_all_timeout_and_flight_size(bootstrap: str, tmp_path: Path) -> N
             for node in owners:
                 _tidemark(stack, "local", "kill", node)
             handles = [a.send_nowait("B", Tick(i), "quorum") for i in range(2, 102)]
-            assert a.core.flight.in_flight == 100
+            assert a._core.flight.in_flight == 100
             blocked: list = []
             t = threading.Thread(target=lambda: blocked.append(
                 a.send_nowait("B", Tick(102), "quorum")), daemon=True)

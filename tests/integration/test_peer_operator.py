@@ -11,21 +11,20 @@ from dataclasses import dataclass
 
 import pytest
 
-from log.consumer import read_to_end
-from log.settings import Settings
-from peer_client import (
-    PeerOptions,
+from tests.support import wait_for
+from tidemark.bench.peer import bench_send
+from tidemark.log.consumer import read_to_end
+from tidemark.log.settings import Settings
+from tidemark.peer_client import PeerOptions, message
+from tidemark.peer_client.direct import peer_status as ask_endpoint
+from tidemark.peer_client.exceptions import (
     PeerUnreachableError,
     UnknownPeerError,
     WrongEnvironmentError,
-    message,
 )
-from peer_client.bench import bench_send
-from peer_client.direct import peer_status as ask_endpoint
-from peer_client.operator import list_peers, peer_status, purge_peer
-from peer_client.peer import Peer
-from peer_client.records import peer_codec
-from tests.support import wait_for
+from tidemark.peer_client.operator import list_peers, peer_status, purge_peer
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.records import peer_codec
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """The peer's start sequence on the real stack: replay from the replicas, handover, normal.
 
 Kafka (the session cluster), replica nodes (layout 2x2) and the Spark queues job. B is down
-while A sends; B starts with a :class:`~peer_client.replay.ReplicaReplayer` and its handlers
+while A sends; B starts with a :class:`~tidemark.peer_client.replay.ReplicaReplayer` and its handlers
 see every message exactly once, in per-sender order. Then A keeps sending while C stops and
 restarts: nothing is lost or handled twice.
 """
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import pytest
 from test_replica_support import replicas_and_job
 
-from peer_client import BatchContext, BatchFailed, MessageContext, message
-from peer_client.context import Phase
-from peer_client.peer import Peer
-from peer_client.replay import ReplicaReplayer
-from spark_streaming.runner import JobProcess
 from tests.support import wait_for
+from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.replay import ReplicaReplayer
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 N = 2000
@@ -194,7 +194,7 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
         d1 = _peer(s, "D", seen)
         d1.start()
         a.wait_for_peer("D")
-        old = a.core.peer("D").incarnation
+        old = a._core.peer("D").incarnation
         assert a._follower is not None
         a._follower.close()                       # A's view is frozen from here on
         frozen_at = time.monotonic()
@@ -214,7 +214,7 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
                 time.sleep(max(0.0, start + span * j / 999 - time.monotonic()))
                 a.send("D", Tick(i))
             assert time.monotonic() - frozen_at >= stale_s
-            assert a.core.directory.get("D").incarnation == old  # still stale
+            assert a._core.directory.get("D").incarnation == old  # still stale
             wait_for(lambda: seen.count() >= 1400, 120, 0.05, "D2 handling the stale sends")
             st = d2.status()
             assert st["forwarded"] >= 1000, st

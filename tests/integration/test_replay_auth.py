@@ -3,7 +3,7 @@ gRPC between processes: each peer runs in its own process, without the cluster f
 only its token (``TIDEMARK_PEER_TOKEN``). Peer A cannot replay B's queue, nor renew or drop
 B's pin; a peer of another environment is refused; a missing or forged token is refused;
 each with one clear error and nothing streamed; A's own token replays A's queue; the peer
-library turns a refusal into :class:`~peer_client.exceptions.ReplayDeniedError`."""
+library turns a refusal into :class:`~tidemark.peer_client.exceptions.ReplayDeniedError`."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import pytest
 from test_replay_service import Queues, epoch_of
 from test_replica_support import replica_stack, status
 
-from gossip.peer_auth import issue_token
-from gossip.service import ReplicaClient
-from log.partitioner import partition_for_peer
+from tidemark.gossip.peer_auth import issue_token
+from tidemark.gossip.service import ReplicaClient
+from tidemark.log.partitioner import partition_for_peer
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import peer_env
 
@@ -31,9 +31,9 @@ ENV = "default"
 PEER = """
 import json, os, sys
 import grpc
-from gossip.exceptions import ReplayError
-from gossip.service import ReplicaClient
-from peer_client.exceptions import PeerClientError
+from tidemark.gossip.exceptions import ReplayError
+from tidemark.gossip.service import ReplicaClient
+from tidemark.peer_client.exceptions import PeerClientError
 mode, address, target, env = sys.argv[1:5]
 client = ReplicaClient()
 try:
@@ -50,9 +50,9 @@ try:
                                  token=os.environ.get("TIDEMARK_PEER_TOKEN"))
         out = {"ok": True, "reply": reply}
     else:  # the peer library: a Peer with a ReplicaReplayer, starting as `target`
-        from log.settings import load_settings
-        from peer_client import Peer
-        from peer_client.replay import ReplicaReplayer
+        from tidemark.log.settings import load_settings
+        from tidemark.peer_client import Peer
+        from tidemark.peer_client.replay import ReplicaReplayer
         settings = load_settings()
         Peer(target, None, settings, replayer=ReplicaReplayer(settings)).start()
         out = {"ok": True}

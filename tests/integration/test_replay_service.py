@@ -1,6 +1,6 @@
 """Replay on real replica node processes, real Kafka and LevelDB.
 
-Sends go to txlog with :class:`~log.producer.LogProducer`; the queues are written by the
+Sends go to txlog with :class:`~tidemark.log.producer.LogProducer`; the queues are written by the
 test in exactly the format of ``spark_streaming/sink.py`` (key ``peer\\0message_id``,
 QueueEntry upserts, tombstones, then a QueueProgress per partition), so the test does not
 need the Spark job and knows the expected queue. Layout 2x1: p0r0 owns txlog 0 and 2, p1r0
@@ -20,20 +20,20 @@ from pathlib import Path
 import pytest
 from test_replica_support import replica_stack, status, txlog_ust
 
-from gossip.cluster_config import ConfigLog, Epoch
-from gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
-from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
-from gossip.replay_rows import entry_record, is_row
-from gossip.service import ReplicaClient
-from log.load import generate_load
-from log.offsets import end_offsets
-from log.partitioner import partition_for_peer
-from log.producer import LogProducer
-from log.settings import Settings
-from spark_streaming.queue_state import progress_key, queue_key
-from spark_streaming.runner import JobProcess
 from tests.support import wait_for
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
+from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
+from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
+from tidemark.gossip.replay_rows import entry_record, is_row
+from tidemark.gossip.service import ReplicaClient
+from tidemark.log.load import generate_load
+from tidemark.log.offsets import end_offsets
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.producer import LogProducer
+from tidemark.log.queue_state import progress_key, queue_key
+from tidemark.log.settings import Settings
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import peer_env
 
 pytestmark = pytest.mark.integration
@@ -207,7 +207,7 @@ def test_other_environment_and_other_partition_are_refused(stack: LocalStack) ->
 
 CLIENT = """
 import json, sys
-from gossip.service import ReplicaClient
+from tidemark.gossip.service import ReplicaClient
 stream = ReplicaClient().replay(sys.argv[1], sys.argv[2], "default", lease_ms=int(sys.argv[3]),
                                 barrier_timeout_ms=60000)
 print(json.dumps(stream.header), flush=True)

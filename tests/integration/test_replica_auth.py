@@ -14,11 +14,11 @@ import grpc
 import pytest
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-from gossip.node_state import NodeState, PartitionRanges
-from gossip.service import ReplicaClient, method_path
-from log.load import generate_load
-from replica.config import load_cluster_file
 from tests.support import wait_for
+from tidemark.gossip.node_state import NodeState, PartitionRanges
+from tidemark.gossip.service import ReplicaClient, method_path
+from tidemark.log.load import generate_load
+from tidemark.replica.config import load_cluster_file
 from tidemark.stack.replicas import CONFIG_NAME
 
 pytestmark = pytest.mark.integration

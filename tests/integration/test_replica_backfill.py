@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-from gossip.service import ReplicaClient as Peers
-from gossip.service import unpack_records
-from log.load import generate_load
-from log.offsets import delete_records
-from replica.config import load_cluster_file
 from tests.support import wait_for
+from tidemark.gossip.service import ReplicaClient as Peers
+from tidemark.gossip.service import unpack_records
+from tidemark.log.load import generate_load
+from tidemark.log.offsets import delete_records
+from tidemark.replica.config import load_cluster_file
 from tidemark.stack.launcher import ProcessSpec
 from tidemark.stack.processes import free_ports
 from tidemark.stack.replicas import CONFIG_NAME, plan

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from replica.config import NodeSpec, PartitionSpec, render_cluster_file
-from replica.store import Store
+from tidemark.replica.config import NodeSpec, PartitionSpec, render_cluster_file
+from tidemark.replica.store import Store
 
 pytestmark = pytest.mark.integration
 
@@ -86,8 +86,8 @@ def test_node_not_in_config(bootstrap: str, tmp_path: Path) -> None:
         {"bootstrap": bootstrap, "topic_prefix": f"h3bad{uuid.uuid4().hex[:6]}.",
          "partitions": 2}, "data", [PartitionSpec("p0", (0, 1), ("p0r0",))],
         [NodeSpec("p0r0", "127.0.0.1:1", 0)]))
-    from log.settings import load_settings
-    from log.topics import delete_topic_set, ensure_topics
+    from tidemark.log.settings import load_settings
+    from tidemark.log.topics import delete_topic_set, ensure_topics
     settings = load_settings(path, env={})
     ensure_topics(settings)
     try:

@@ -13,11 +13,11 @@ import pytest
 from confluent_kafka import Producer
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-from log.codec import default_codec
-from log.consumer import LogConsumer
-from log.load import generate_load
-from log.offsets import end_offsets
 from tests.support import wait_for
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.load import generate_load
+from tidemark.log.offsets import end_offsets
 from tidemark.stack.replicas import CONFIG_NAME
 
 pytestmark = pytest.mark.integration
@@ -124,8 +124,8 @@ def test_poison_record_goes_to_deadletter_and_node_continues(bootstrap: str,
 
 
 def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> None:
-    from gossip.service import ReplicaClient as Peers
-    from replica.config import load_cluster_file
+    from tidemark.gossip.service import ReplicaClient as Peers
+    from tidemark.replica.config import load_cluster_file
     with replica_stack(bootstrap, tmp_path / "stack", "1x1") as stack:
         settings = stack.settings()
         address = load_cluster_file(stack.state_dir / CONFIG_NAME).nodes["p0r0"].address
@@ -160,7 +160,7 @@ def test_pin_holds_gc_point_until_released(bootstrap: str, tmp_path: Path) -> No
         # everything was acked and old enough: released and compacted up to the GC point
         wait_for(lambda: status(stack)["nodes"][0]["partitions"]["txlog/0"]["base"][0]
                  == second["txlog/0"], 30, what="interval map compacted to the GC point")
-        from gossip.service import unpack_records
+        from tidemark.gossip.service import unpack_records
         peers = Peers()
         left = unpack_records(peers.call(address, "Fetch", json.dumps(
             {"partition": 0, "start": 0, "end": second["txlog/0"]}).encode(), timeout=10))

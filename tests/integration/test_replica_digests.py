@@ -15,13 +15,13 @@ import plyvel
 import pytest
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-from gossip.service import ReplicaClient as Peers
-from gossip.service import unpack_records
-from log.load import generate_load
-from replica.config import load_cluster_file
-from replica.digests import RANGE
-from replica.store import ADOPT_FILE, data_key
 from tests.support import wait_for
+from tidemark.gossip.service import ReplicaClient as Peers
+from tidemark.gossip.service import unpack_records
+from tidemark.log.load import generate_load
+from tidemark.replica.config import load_cluster_file
+from tidemark.replica.digests import RANGE
+from tidemark.replica.store import ADOPT_FILE, data_key
 from tidemark.stack.replicas import CONFIG_NAME, plan
 
 pytestmark = pytest.mark.integration

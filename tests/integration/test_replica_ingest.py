@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from log.offsets import end_offsets
-from log.producer import LogProducer
-from log.settings import Settings, load_settings
-from log.topics import delete_topic_set, ensure_topics
-from replica.ingest import Ingestor
-from replica.store import Store
 from tests.support import wait_for
+from tidemark.log.offsets import end_offsets
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings, load_settings
+from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.replica.ingest import Ingestor
+from tidemark.replica.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-from log.codec import default_codec
-from log.consumer import LogConsumer
-from log.load import generate_load
 from tests.support import wait_for
+from tidemark.log.codec import default_codec
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.load import generate_load
 
 pytestmark = pytest.mark.integration
 BIG = 8 << 20

@@ -10,11 +10,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-import replica.node_config as node_module  # the rejoin step of Node
-from log.load import generate_load
-from replica.config import load_cluster_file
-from replica.node import Node
+import tidemark.replica.node_config as node_module  # the rejoin step of Node
 from tests.support import wait_for
+from tidemark.log.load import generate_load
+from tidemark.replica.config import load_cluster_file
+from tidemark.replica.node import Node
 from tidemark.stack.replicas import CONFIG_NAME, plan
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ from typing import Any
 
 import grpc
 
-from gossip.service import ReplicaClient as Peers
-from log.offsets import end_offsets
-from log.settings import load_settings
-from log.topics import delete_topic_set
-from replica.config import load_cluster_file
+from tidemark.gossip.service import ReplicaClient as Peers
+from tidemark.log.offsets import end_offsets
+from tidemark.log.settings import load_settings
+from tidemark.log.topics import delete_topic_set
+from tidemark.replica.config import load_cluster_file
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
 
@@ -31,7 +31,7 @@ def replicas_and_job(bootstrap: str, folder: Path, layout: str = "2x2",
                      env: dict[str, str] | None = None) -> Iterator[tuple[LocalStack, Any]]:
     """:func:`replica_stack` plus the Spark queues job on its topics (checkpoint and log in
     ``folder``), stopped afterwards; ``env``: extra variables for the job."""
-    from spark_streaming.runner import JobProcess
+    from tidemark.stack.queues_job import JobProcess
     with replica_stack(bootstrap, folder / "stack", layout) as stack:
         job = JobProcess(stack.settings(), folder / "checkpoint", folder / "job.log")
         job.env.update(env or {})

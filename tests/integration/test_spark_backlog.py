@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from log.load import generate_load
-from log.producer import LogProducer
-from log.settings import Settings, load_settings
-from log.topics import delete_topic_set, ensure_topics
-from spark_streaming.depth import read_queues
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.runner import JobProcess, expected_queues
+from tests.support import expected_queues
+from tidemark.log.load import generate_load
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings, load_settings
+from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.spark_streaming.depth import read_queues
+from tidemark.spark_streaming.exceptions import QueuesError
+from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
 

@@ -17,14 +17,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from log.consumer import LogConsumer
-from log.offsets import end_offsets
-from log.producer import LogProducer
-from log.settings import Settings, load_settings
-from log.topics import delete_topic_set, ensure_topics
-from spark_streaming.depth import read_queues
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.runner import JobProcess, expected_queues
+from tests.support import expected_queues
+from tidemark.log.consumer import LogConsumer
+from tidemark.log.offsets import end_offsets
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings, load_settings
+from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.spark_streaming.depth import read_queues
+from tidemark.spark_streaming.exceptions import QueuesError
+from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
 

@@ -3,9 +3,9 @@
 The queues job (Spark local mode) writes ``queues`` from a txlog with acks after sends, early
 acks, duplicate sends, a purge, poison records and one peer's backlog; a replica node process
 (layout 1x1: it owns every partition) ingests ``queues`` as it always does
-(:mod:`replica.ingest`: entries by Kafka key plus the txlog-order index). Its copy of each
+(:mod:`tidemark.replica.ingest`: entries by Kafka key plus the txlog-order index). Its copy of each
 peer's queue, read back through the node's ``Replay`` service, must be exactly the model
-computed from txlog (:func:`spark_streaming.runner.expected_queues`), in txlog order. More
+computed from txlog (:func:`tests.support.expected_queues`), in txlog order. More
 traffic then acks part of the backlog (tombstones) and queues new messages; the node's copy
 follows.
 """
@@ -19,15 +19,16 @@ from pathlib import Path
 import pytest
 from test_replica_support import replica_stack
 
-from gossip.cluster_config import ConfigLog, Epoch
-from gossip.replay_rows import entry_record
-from gossip.service import ReplicaClient
-from log.load import generate_load
-from log.producer import LogProducer
-from log.settings import Settings
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.runner import JobProcess, expected_queues
+from tests.support import expected_queues
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
+from tidemark.gossip.replay_rows import entry_record
+from tidemark.gossip.service import ReplicaClient
+from tidemark.log.load import generate_load
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 

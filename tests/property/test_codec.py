@@ -9,9 +9,9 @@ from fastavro import parse_schema, schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import schemas
-from log.codec import MARKER, Codec, default_codec, schema_fingerprint
-from log.exceptions import BadMarkerError, TruncatedRecordError, UnknownFingerprintError
+from tidemark import schemas
+from tidemark.log.codec import MARKER, Codec, default_codec, schema_fingerprint
+from tidemark.log.exceptions import BadMarkerError, TruncatedRecordError, UnknownFingerprintError
 
 CODEC = default_codec()
 text = st.text(max_size=40)
@@ -154,7 +154,7 @@ def test_long_fields_and_nearby_longs_match_fastavro(blob: bytes, text: str, t1:
 @pytest.mark.parametrize("field,value", [("timestamp_ms", 2**63), ("delivery_count", 2**31),
                                          ("message_id", 7), ("payload", "not bytes")])
 def test_bad_field_values_are_codec_errors(field: str, value: object) -> None:
-    from log.exceptions import CodecError
+    from tidemark.log.exceptions import CodecError
     record = {"message_id": "m", "sender": "s", "recipient": "r", "environment": "e",
               "message_type": "t", "payload": b"", "timestamp_ms": 1, "delivery_count": 0}
     with pytest.raises(CodecError):

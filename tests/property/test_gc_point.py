@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
-from gossip.stable_cut import ReplicaView, stable_cut
+from tidemark.gossip.gc_point import clamp_pin, cluster_gc_point, local_gc_cut
+from tidemark.gossip.stable_cut import ReplicaView, stable_cut
 
 NODES = ["a", "b"]
 TP = "txlog/0"

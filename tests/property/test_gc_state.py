@@ -1,11 +1,11 @@
-"""The GC state's stored form and the sweep's pacing (:mod:`replica.gc_state`)."""
+"""The GC state's stored form and the sweep's pacing (:mod:`tidemark.replica.gc_state`)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replica.gc_state import (
+from tidemark.replica.gc_state import (
     REST,
     GcState,
     decode_state,
@@ -67,5 +67,5 @@ def test_sweeps_run_only_when_useful_and_rest_after_long_ones(
 @given(st.binary(min_size=1, max_size=40), st.lists(st.binary(max_size=80), max_size=30))
 def test_an_ack_batch_expiry_round_trips(peer: bytes, ids: list[bytes]) -> None:
     """One expiry value per AckBatch lists the Ack index suffix of each of its ids."""
-    from replica.release_policy import batch_expiry, expiry_suffixes
+    from tidemark.replica.release_policy import batch_expiry, expiry_suffixes
     assert expiry_suffixes(batch_expiry(peer, ids)) == [peer + b"\0" + mid for mid in ids]

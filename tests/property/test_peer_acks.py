@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.acks import AckBatcher
+from tidemark.peer_client.acks import AckBatcher
 
 steps = st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 50)),
                            st.tuples(st.just("tick"), st.integers(0, 50)),

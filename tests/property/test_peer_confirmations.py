@@ -1,4 +1,4 @@
-"""Durability bookkeeping (:class:`peer_client.confirmations.Confirmations`) against a model:
+"""Durability bookkeeping (:class:`tidemark.peer_client.confirmations.Confirmations`) against a model:
 a wait completes exactly once, only when its level holds by the reports so far (``quorum``:
 a majority of the partition's replicas applied it; ``all``: some replica's stable cut covers
 it) or its deadline passed, and every wait that holds is settled."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.confirmations import Confirmations
+from tidemark.peer_client.confirmations import Confirmations
 
 OWNERS = {0: ["a", "b"], 1: ["a", "b", "c"]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.dedup import DedupWindow
+from tidemark.peer_client.dedup import DedupWindow
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,7 +7,7 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.dedup_store import DedupStore, expired
+from tidemark.peer_client.dedup_store import DedupStore, expired
 
 
 def _model_expire(model: dict[str, int], now_ms: int, ttl_ms: int, max_entries: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.directory import DirectoryCache, needs_probe
+from tidemark.peer_client.directory import DirectoryCache, needs_probe
 
 ENV, DEAD = "test", 1000
 PEERS = ["a", "b", "c"]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.flight import FlightWindow
-from peer_client.lanes import KeyedLanes
+from tidemark.peer_client.flight import FlightWindow
+from tidemark.peer_client.lanes import KeyedLanes
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client import message
-from peer_client.context import Phase
-from peer_client.dedup import DedupWindow
-from peer_client.handlers import HandlerRegistry
-from peer_client.held import HeldBack
-from peer_client.inbox import Inbox, Job, RunJob
-from peer_client.messages import message_type_of
-from peer_client.records import Envelope
+from tidemark.peer_client import message
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.dedup import DedupWindow
+from tidemark.peer_client.handlers import HandlerRegistry
+from tidemark.peer_client.held import HeldBack
+from tidemark.peer_client.inbox import Inbox, Job, RunJob
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.records import Envelope
 
 
 @message("prop.Held")

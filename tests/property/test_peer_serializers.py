@@ -10,9 +10,9 @@ from fastavro import schemaless_writer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client.exceptions import PayloadError
-from peer_client.records import mark_direct, peer_codec
-from peer_client.serializers import AvroSerializer, JsonSerializer, _to_data
+from tidemark.peer_client.exceptions import PayloadError
+from tidemark.peer_client.records import mark_direct, peer_codec
+from tidemark.peer_client.serializers import AvroSerializer, JsonSerializer, _to_data
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from peer_client.records import Envelope
-from peer_client.tail import Tail
+from tidemark.peer_client.records import Envelope
+from tidemark.peer_client.tail import Tail
 
 LIMIT = 3
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gossip.exceptions import PeerAuthError, PeerForbiddenError
-from gossip.peer_auth import authorize_peer, issue_token, parse_token, verify_token
+from tidemark.gossip.exceptions import PeerAuthError, PeerForbiddenError
+from tidemark.gossip.peer_auth import authorize_peer, issue_token, parse_token, verify_token
 
 names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=24)
 secrets_ = st.binary(min_size=1, max_size=48)

@@ -1,6 +1,6 @@
 """The queue index against a dict model: upserts, tombstones and rebuilds in random order,
 several per write batch, on a real LevelDB store. After every batch, each peer's queue read
-through the index (:func:`replica.queue_index.read_queue`, in pages) is exactly the model's
+through the index (:func:`tidemark.replica.queue_index.read_queue`, in pages) is exactly the model's
 entries of that peer in txlog order, and the index holds no entry the model lacks."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from log.codec import default_codec
-from replica.queue_index import delete_entry, index_value, put_entry, read_queue
-from replica.store import Store, queue_index_prefix
+from tidemark.log.codec import default_codec
+from tidemark.replica.queue_index import delete_entry, index_value, put_entry, read_queue
+from tidemark.replica.store import Store, queue_index_prefix
 
 CODEC = default_codec()
 PEERS = ("ann", "bob", "cy")
@@ -118,7 +118,7 @@ def test_rebuild_forgets_only_its_partition(tmp_path) -> None:
 def test_an_index_written_before_entries_were_inlined_still_reads(tmp_path) -> None:
     """A store whose index values are the queue key alone (written before the index kept
     the entry) is read through the queue key, mixed with inlined values."""
-    from replica.store import queue_index_key, queue_prefix
+    from tidemark.replica.store import queue_index_key, queue_prefix
     store = Store(tmp_path / "s", "n1")
     batch = store.batch()
     put_entry(batch, PART, qkey("bob", 2), entry("bob", 2, 9), "bob", 9)

@@ -1,8 +1,8 @@
 """Hypothesis: the per-message queue state against a dictionary model.
 
 The model applies one event at a time and keeps the whole history (no expiry bookkeeping, no
-pruning). The implementation (:func:`spark_streaming.transform.apply_batch` over
-:class:`~spark_streaming.state_layout.MemoryMaps`, the same rows Spark's MapStates hold) sees
+pruning). The implementation (:func:`tidemark.spark_streaming.transform.apply_batch` over
+:class:`~tidemark.spark_streaming.state_layout.MemoryMaps`, the same rows Spark's MapStates hold) sees
 the same events of several peers cut into random batches, restarted from a copy of its state
 between some batches as a job restarted from its checkpoint would be. After every batch:
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_streaming.queue_state import (
+from tidemark.log.queue_state import (
     ACK,
     EARLY,
     FAIL,
@@ -37,8 +37,8 @@ from spark_streaming.queue_state import (
     queue_key,
     split_queue_key,
 )
-from spark_streaming.state_layout import MemoryMaps
-from spark_streaming.transform import apply_batch
+from tidemark.spark_streaming.state_layout import MemoryMaps
+from tidemark.spark_streaming.transform import apply_batch
 
 
 class DictModel:
@@ -270,3 +270,30 @@ def test_failures_count_exactly_then_dead_letter_and_block_duplicates() -> None:
         0, 3, "boom-3", 4)
     assert maps.entries()[("p", "a")] == Entry(False, until=24 + 1000)
     assert maps.metas()["p"].queued == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(streams())
+def test_the_in_memory_fold_matches_the_dict_model(case: Case) -> None:
+    """:class:`~tidemark.log.queue_fold.QueueFold` (the test double's and the tests' oracle's
+    queues) over the same events cut into the same batches: the model's queues, delivery
+    counts and dead letters."""
+    from tidemark.log.queue_fold import QueueFold
+
+    events, cuts, (ack_ttl, dedup, limit), _ = case
+    fold, models = QueueFold(Ttl(ack_ttl, dedup, limit)), {}
+    start = 0
+    for cut in cuts:
+        grouped: dict[str, list[Event]] = {}
+        for peer, ev in events[start:cut]:
+            grouped.setdefault(peer, []).append(ev)
+            models.setdefault(peer, DictModel(ack_ttl, dedup, limit)).apply(ev)
+        for peer, batch in grouped.items():
+            fold.apply(peer, batch)
+        start = cut
+    for peer, model in models.items():
+        assert [(send.message_id, send.offset, entry.delivery_count)
+                for send, entry in fold.queue(peer)] == sorted(
+            ((m, o, model.counts[m]) for m, o in model.queue.items()), key=lambda t: t[1])
+        assert sorted((let.message_id, let.send_offset, let.delivery_count, let.reason)
+                      for let in fold.letters(peer)) == sorted(model.letters)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossip.replay_rows import (
+from tests.strategies import queue_entries
+from tidemark.gossip.replay_rows import (
     ROW_TAG,
     RowError,
     decode_row,
@@ -17,9 +18,8 @@ from gossip.replay_rows import (
     is_row,
     queue_entry,
 )
-from log.codec import default_codec
-from peer_client.replay_entries import EntryReader
-from tests.strategies import queue_entries
+from tidemark.log.codec import default_codec
+from tidemark.peer_client.replay_entries import EntryReader
 
 C = default_codec()
 entries = queue_entries

@@ -9,7 +9,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replica.node import IDLE_WAIT, PUSH_SLACK, push_due, step_wait
+from tidemark.replica.node import IDLE_WAIT, PUSH_SLACK, push_due, step_wait
 
 _times = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
 _gaps = st.floats(min_value=0.0, max_value=0.2, allow_nan=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossip.cluster_config import Epoch, Partition
-from gossip.interval_map import IntervalMap
-from gossip.node_state import NodeState, PartitionRanges
-from gossip.stable_cut import HoldTracker, ReplicaView, cut_holders, stable_cut
-from replica.membership import node_cut
+from tidemark.gossip.cluster_config import Epoch, Partition
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.gossip.node_state import NodeState, PartitionRanges
+from tidemark.gossip.stable_cut import HoldTracker, ReplicaView, cut_holders, stable_cut
+from tidemark.replica.membership import node_cut
 
 REPLICAS = ["r0", "r1", "r2"]
 TPS = ["txlog/0", "txlog/1"]

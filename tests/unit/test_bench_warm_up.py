@@ -1,4 +1,4 @@
-"""The producer benches' warm-up (``log.bench_produce.warm_up``): it ends when the sides'
+"""The producer benches' warm-up (``tidemark.bench.produce.warm_up``): it ends when the sides'
 rates settle and, given a probe, only once the brokers' JIT compilers are quiet."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 
-from log.bench_produce import JIT_KEY, JIT_QUIET_CORES, MAX_JIT_WARM_UP_ROUNDS, warm_up
+from tidemark.bench.produce import JIT_KEY, JIT_QUIET_CORES, MAX_JIT_WARM_UP_ROUNDS, warm_up
 from tidemark.stack.settle import broker_jit_probe, jit_seconds
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from replica.config import ClusterConfigError, load_cluster_file
-from replica.store import StoreOptions
+from tidemark.replica.config import ClusterConfigError, load_cluster_file
+from tidemark.replica.store import StoreOptions
 from tidemark.stack.replicas import write_cluster_file
 
 KAFKA = {"bootstrap": "127.0.0.1:9", "topic_prefix": "t.", "partitions": 4}

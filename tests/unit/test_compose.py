@@ -85,6 +85,6 @@ def test_metrics_are_reachable_from_the_network_in_containers() -> None:
 
 def test_image_is_a_non_editable_install_without_local_state() -> None:
     docker = (ROOT / "Dockerfile").read_text()
-    assert "pip install" in docker and " -e " not in docker and "python -m log.jvm" in docker
+    assert "pip install" in docker and " -e " not in docker and "python -m tidemark.log.jvm" in docker
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", ".tidemark"} <= set(ignored)

@@ -1,6 +1,6 @@
 """The docs stay in step with the code and stand on their own.
 
-* The README's configuration table is exactly :func:`log.registry.markdown_table`.
+* docs/cli.md's settings table is exactly :func:`tidemark.log.registry.markdown_table`.
 * README.md and docs/ link to nothing outside the repository and cite no tracker.
 * docs/design.md exists.
 * Every ``TIDEMARK_*`` variable the docs name is declared in the settings registry (or is a
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from log.registry import KAFKA_CLIENT_PREFIX, SETTINGS, markdown_table
+from tidemark.log.registry import KAFKA_CLIENT_PREFIX, SETTINGS, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -26,14 +26,15 @@ def doc_files() -> list[Path]:
     return [README, *sorted(DOCS.glob("*.md"))]
 
 
-def test_readme_settings_table_is_the_registry_table() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_settings_table_is_the_registry_table() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
     assert text.count(BEGIN) == 1 and text.count(END) == 1, \
-        f"README.md needs exactly one {BEGIN} ... {END} block"
+        f"docs/cli.md needs exactly one {BEGIN} ... {END} block"
     table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
     assert table == markdown_table(), (
-        "README.md's settings table differs from the registry; regenerate it with\n"
-        "  .venv/bin/python -c 'from log.registry import markdown_table; print(markdown_table())'")
+        "docs/cli.md's settings table differs from the registry; regenerate it with\n"
+        "  .venv/bin/python -c 'from tidemark.log.registry import markdown_table;"
+        " print(markdown_table())'")
 
 
 @pytest.mark.parametrize("path", doc_files(), ids=lambda p: p.relative_to(ROOT).as_posix())

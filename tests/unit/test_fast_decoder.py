@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log.codec import default_codec
-from log.exceptions import CodecError
-from log.fast_decoder import RecordReader, compile_flat_reader
-from peer_client.exceptions import PayloadError
-from peer_client.records import Envelope
-from peer_client.serializers import AvroSerializer
-from spark_streaming.records import RecordReader as JobRecordReader
 from tests.strategies import long, queue_entries, text
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.log.fast_decoder import RecordReader, compile_flat_reader
+from tidemark.peer_client.exceptions import PayloadError
+from tidemark.peer_client.records import Envelope
+from tidemark.peer_client.serializers import AvroSerializer
+from tidemark.spark_streaming.records import RecordReader as JobRecordReader
 
 C = default_codec()
 READER = RecordReader(C, ("QueueEntry",))
@@ -77,7 +77,7 @@ def test_replay_reads_the_same_envelope_as_the_codec_without_a_dict(
         record: dict, data: st.DataObject) -> None:
     """The peer's replay reads QueueEntry values field by field (a tuple reader); what it
     builds is what the codec's record gives, and damaged values fail alike."""
-    from peer_client.replay import EntryReader
+    from tidemark.peer_client.replay import EntryReader
     reader = EntryReader("env", 3)
     assert reader.fast  # the tuple reader is in use for the current schema
 
@@ -164,7 +164,7 @@ def test_a_varint_of_any_length_reads_as_fastavro_reads_it(more: list[int], last
 
     import fastavro
 
-    from log.fast_decoder import _read_long
+    from tidemark.log.fast_decoder import _read_long
     raw = bytes(more) + bytes([last])
     assert _read_long(raw, 0) == (fastavro.schemaless_reader(io.BytesIO(raw), {"type": "long"}),
                                   len(raw))

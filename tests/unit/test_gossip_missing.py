@@ -3,9 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gossip.cluster_config import Epoch, Partition, fold, validate
-from gossip.interval_map import IntervalMap
-from gossip.missing import find_source, intersect, unrecoverable, without_losses
+from tidemark.gossip.cluster_config import Epoch, Partition, fold, validate
+from tidemark.gossip.interval_map import IntervalMap
+from tidemark.gossip.missing import find_source, intersect, unrecoverable, without_losses
 
 
 def _map(base_end: int, *detached: tuple[int, int]) -> IntervalMap:

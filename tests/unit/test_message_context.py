@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from peer_client import MessageContext
-from peer_client.records import Envelope
+from tidemark.peer_client import MessageContext
+from tidemark.peer_client.records import Envelope
 
 
 def _env(**kw: object) -> Envelope:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log.jvm import jar_dir
-from log.partitioner import murmur2, partition_for, partition_for_peer
+from tidemark.log.jvm import jar_dir
+from tidemark.log.partitioner import murmur2, partition_for, partition_for_peer
 
 # (key, Utils.murmur2, Java default partition for 12 partitions), printed by
 # org.apache.kafka.common.utils.Utils from kafka-clients 4.3.1.

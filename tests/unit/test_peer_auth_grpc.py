@@ -9,17 +9,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from gossip.cluster_config import Epoch, Partition
-from gossip.durability import wait_replicated
-from gossip.exceptions import PeerAuthError, PeerForbiddenError
-from gossip.peer_auth import (
+from tests.support import wait_for
+from tidemark.gossip.cluster_config import Epoch, Partition
+from tidemark.gossip.exceptions import PeerAuthError, PeerForbiddenError
+from tidemark.gossip.peer_auth import (
     TOKEN_KEY,
     check_owner,
     configured_token,
@@ -28,15 +27,14 @@ from gossip.peer_auth import (
     serving_as,
     verify_token,
 )
-from gossip.replay import COMPLETE, ERROR_KEY, HEADER, request_peer
-from gossip.service import ReplicaClient, method_path, sign_request, start_server
-from log.partitioner import partition_for_peer
-from log.settings import Settings
-from peer_client.exceptions import DurabilityUnavailableError
-from peer_client.stability import ReplicaStability
-from replica.config import load_cluster_file
-from replica.leases import Leases
-from tests.support import wait_for
+from tidemark.gossip.replay import COMPLETE, ERROR_KEY, HEADER, request_peer
+from tidemark.gossip.service import ReplicaClient, method_path, sign_request, start_server
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import Settings
+from tidemark.peer_client.exceptions import DurabilityUnavailableError
+from tidemark.peer_client.stability import ReplicaStability
+from tidemark.replica.config import load_cluster_file
+from tidemark.replica.leases import Leases
 from tidemark.stack.processes import free_ports
 from tidemark.stack.replicas import write_cluster_file
 
@@ -285,14 +283,12 @@ def test_peer_token_command(tmp_path: Path) -> None:
 
 def test_durability_waits_need_a_token_of_the_environment(replica: Replica) -> None:
     """WaitApplied/WaitStable read no queue: any peer of the environment may wait, a member's
-    signed call too; no token, a forged one or another environment's is refused, and
-    ``wait_replicated`` (what ReplicaStability calls) raises the refusal, not a timeout."""
+    signed call too; no token, a forged one or another environment's is refused."""
     address = f"127.0.0.1:{free_ports(1)[0]}"
     server = start_server(address, {
         "WaitStable": lambda body: json.dumps({"reached": True, "stable_end": 8}).encode()},
         secret=SECRET, environment=ENV)
-    epoch = Epoch(1, None, 1, {"r0": address}, (Partition("p0", (0,), ("r0",)),))
-    client, pool = ReplicaClient(), ThreadPoolExecutor(2)
+    client = ReplicaClient()
     body = json.dumps({"partition": 0, "offset": 5, "timeout_ms": 1000}).encode()
     try:
         assert json.loads(client.call(address, "WaitStable", body, token=token("anyone")))["reached"]
@@ -305,14 +301,6 @@ def test_durability_waits_need_a_token_of_the_environment(replica: Replica) -> N
             with pytest.raises(grpc.RpcError) as err:
                 client.call(address, "WaitStable", body, token=tok)
             assert err.value.code() == code
-        assert wait_replicated(client, epoch, 0, 5, "all", 2.0, pool,
-                               lambda a: token("A")) == (["r0"], 8)
-        with pytest.raises(PeerForbiddenError, match="WaitStable on r0 refused: .*prod"):
-            wait_replicated(client, epoch, 0, 5, "all", 2.0, pool,
-                            lambda a: token("A", env="prod"))
-        with pytest.raises(PeerAuthError, match="WaitStable on r0 refused"):
-            wait_replicated(client, epoch, 0, 5, "all", 2.0, pool)
     finally:
         server.stop(0)
         client.close()
-        pool.shutdown()

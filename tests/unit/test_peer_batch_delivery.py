@@ -14,18 +14,18 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log.codec import default_codec
-from peer_client import MessageContext
-from peer_client.ack_encoding import MAX_BATCH_BYTES, AckBatchEncoder, chunks
-from peer_client.context import Phase
-from peer_client.core import PeerCore
-from peer_client.dedup import DedupWindow
-from peer_client.handlers import HandlerRegistry
-from peer_client.inbox import Inbox, Job, RunJob
-from peer_client.options import PeerOptions
-from peer_client.records import Envelope
-from peer_client.runner import ThreadExecutor
 from tests.peer_batches import ENCODE, BatchItem, Log, core_of, envelopes, messages, model
+from tidemark.log.codec import default_codec
+from tidemark.peer_client import MessageContext
+from tidemark.peer_client.ack_encoding import MAX_BATCH_BYTES, AckBatchEncoder, chunks
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.core import PeerCore
+from tidemark.peer_client.dedup import DedupWindow
+from tidemark.peer_client.executor import ThreadExecutor
+from tidemark.peer_client.handlers import HandlerRegistry
+from tidemark.peer_client.inbox import Inbox, Job, RunJob
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.records import Envelope
 
 CODEC = default_codec()
 

@@ -14,13 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from peer_client import BatchContext, BatchFailed, HandlerError, MessageContext, message
-from peer_client.handlers import Handler, HandlerRegistry
-from peer_client.inbox import Job, RunJob
-from peer_client.messages import message_type_of
-from peer_client.records import Envelope
-from peer_client.testing import TestBus
 from tests.peer_batches import BatchItem, core_of, envelopes, messages, model
+from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
+from tidemark.peer_client.exceptions import HandlerError
+from tidemark.peer_client.handlers import Handler, HandlerRegistry
+from tidemark.peer_client.inbox import Job, RunJob
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.records import Envelope
+from tidemark.peer_client.testing import TestBus
 
 
 @message("unit.BatchHandled")

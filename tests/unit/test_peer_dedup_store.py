@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from log import registry
-from log.settings import load_settings
-from peer_client import MessageContext, Peer, PeerOptions, message
-from peer_client.context import Phase
-from peer_client.dedup import DedupWindow
-from peer_client.dedup_store import DedupStore, resolve_dedup_dir, store_path
-from peer_client.exceptions import DedupStoreError
-from peer_client.handlers import HandlerRegistry
-from peer_client.inbox import DROP, RUN, Inbox, decide
-from peer_client.messages import message_type_of
-from peer_client.records import Envelope
-from peer_client.testing import TestBus
+from tidemark.log import registry
+from tidemark.log.settings import load_settings
+from tidemark.peer_client import MessageContext, Peer, PeerOptions, message
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.dedup import DedupWindow
+from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, store_path
+from tidemark.peer_client.exceptions import DedupStoreError
+from tidemark.peer_client.handlers import HandlerRegistry
+from tidemark.peer_client.inbox import DROP, RUN, Inbox, decide
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.records import Envelope
+from tidemark.peer_client.testing import TestBus
 
 DAY = 24 * 3600 * 1000
 
@@ -188,6 +188,6 @@ def test_peer_start_with_a_store_in_use_is_one_error_and_cleans_up(tmp_path: Pat
         peer = Peer("B", None, settings, PeerOptions(dedup_dir=str(tmp_path)))
         with pytest.raises(DedupStoreError, match="in use by another process"):
             peer.start()
-        assert peer.phase is Phase.STOPPED and peer.core.dedup_store is None
+        assert peer.phase is Phase.STOPPED and peer._core.dedup_store is None
     finally:
         held.close()

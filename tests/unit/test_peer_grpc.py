@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from gossip.cluster_config import Epoch, Partition
-from gossip.service import start_server
-from log.settings import Settings
-from peer_client import DurabilityTimeoutError, MessageContext, message, message_type_of
-from peer_client.direct import DirectClient, DirectServer
-from peer_client.exceptions import PeerUnreachableError
-from peer_client.records import peer_codec
-from peer_client.stability import ReplicaStability
-from peer_client.testing import TestBus
 from tests.support import wait_for
+from tidemark.gossip.cluster_config import Epoch, Partition
+from tidemark.gossip.service import start_server
+from tidemark.log.settings import Settings
+from tidemark.peer_client import MessageContext, message, message_type_of
+from tidemark.peer_client.direct import DirectClient, DirectServer
+from tidemark.peer_client.exceptions import DurabilityTimeoutError, PeerUnreachableError
+from tidemark.peer_client.records import peer_codec
+from tidemark.peer_client.stability import ReplicaStability
+from tidemark.peer_client.testing import TestBus
 
 
 @message("tests.grpc.Note")
@@ -46,7 +46,7 @@ def test_deliver_over_loopback_with_receipts_and_refusals() -> None:
     def on(msg: Note, ctx: MessageContext) -> None:
         seen.append(msg.text)
 
-    server = DirectServer("127.0.0.1:0", b.core.receive_bytes)
+    server = DirectServer("127.0.0.1:0", b._core.receive_bytes)
     client = DirectClient(2000)
     try:
         assert server.endpoint.startswith("127.0.0.1:") and server.port > 0

@@ -9,13 +9,13 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from peer_client import message
-from peer_client.context import Phase
-from peer_client.dedup import DedupWindow
-from peer_client.handlers import HandlerRegistry
-from peer_client.inbox import DROP, RUN, Inbox, Job, decide
-from peer_client.messages import message_type_of
-from peer_client.records import Envelope
+from tidemark.peer_client import message
+from tidemark.peer_client.context import Phase
+from tidemark.peer_client.dedup import DedupWindow
+from tidemark.peer_client.handlers import HandlerRegistry
+from tidemark.peer_client.inbox import DROP, RUN, Inbox, Job, decide
+from tidemark.peer_client.messages import message_type_of
+from tidemark.peer_client.records import Envelope
 
 
 @message("unit.StopTick")

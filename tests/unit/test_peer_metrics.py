@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from peer_client.metrics import PHASES, MetricsServer, PeerCollector
+from tidemark.peer_client.metrics import PHASES, MetricsServer, PeerCollector
 
 STATUS = {"peer_id": "B", "environment": "prod", "incarnation": "i-1", "phase": "handover",
           "endpoint": "127.0.0.1:5000", "stats": {"handled": 7, "acks": 5, "sent": 0},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from peer_client.outbox import Outbox
+from tidemark.peer_client.outbox import Outbox
 
 
 class _Log:

@@ -8,19 +8,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from peer_client import (
+from tidemark.peer_client import MessageContext, PeerOptions, message
+from tidemark.peer_client.exceptions import (
     DuplicatePeerError,
     FlightSizeExceededError,
-    MessageContext,
     OversizedMessageError,
     PayloadError,
-    PeerOptions,
     PeerStateError,
     PeerUnreachableError,
     WrongEnvironmentError,
-    message,
 )
-from peer_client.testing import SimulatedCrash, TestBus
+from tidemark.peer_client.testing import SimulatedCrash, TestBus
 
 
 @message("tests.peer.OrderPlaced")
@@ -210,14 +208,14 @@ def test_unknown_type_and_malformed_payload_are_reported_not_fatal() -> None:
     a, b = bus.peer("A"), bus.peer("B")
     seen = _collect(b)
     a.send("B", PriceChanged("x", 1))  # B has no handler for it
-    core = a.core
+    core = a._core
     bad = core.encode_record("DirectBatch", {"sender": "A", "sender_incarnation": core.incarnation,
                                        "recipient": "B", "environment": "test", "messages": [
         {"message_id": "bad-1", "message_type": "tests.peer.OrderPlaced",
          "payload": b"\x00garbage", "timestamp_ms": 1, "persistent": True},
         {"message_id": "bad-2", "message_type": "nobody.Knows", "payload": b"",
          "timestamp_ms": 1, "persistent": True}]})
-    receipt = core._codec.decode(b.core.receive_bytes(bad)).record
+    receipt = core._codec.decode(b._core.receive_bytes(bad)).record
     bus.run_until_idle()
     assert receipt["accepted"] == 2 and not seen
     assert b.stats["malformed"] == 1 and b.stats["unknown_type"] == 1
@@ -236,7 +234,7 @@ def test_oversized_is_refused_before_the_log() -> None:
         a.send("B", Blob(b"x" * 2000))
     with pytest.raises(OversizedMessageError):
         a.send("B", Blob(b"x" * 990))  # payload fits, the Send record does not
-    assert not bus.sends() and a.core.flight.in_flight == 0
+    assert not bus.sends() and a._core.flight.in_flight == 0
 
 
 def test_flight_size_raises_with_limit_and_count_while_replicas_are_stalled() -> None:
@@ -285,11 +283,11 @@ def test_dead_peer_detection_by_heartbeat() -> None:
     a = bus.peer("A")
     bus.peer("B")
     bus.advance(2)
-    assert a.core.directory.is_alive("B", bus.now_ms())
+    assert a._core.directory.is_alive("B", bus.now_ms())
     bus.crash("B")
     bus.advance(2)
-    assert a.core.directory.is_alive("B", bus.now_ms())  # heartbeat not yet expired
+    assert a._core.directory.is_alive("B", bus.now_ms())  # heartbeat not yet expired
     bus.advance(2)
-    assert not a.core.directory.is_alive("B", bus.now_ms())
+    assert not a._core.directory.is_alive("B", bus.now_ms())
     a.send("B", OrderPlaced("o", 1))  # logged only, no direct attempt
     assert a.stats.get("direct_failed", 0) == 0 and bus.unacked("B")

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from log.topics import prefer_leaders
+from tidemark.log.topics import prefer_leaders
 
 
 class ScriptedAdmin:

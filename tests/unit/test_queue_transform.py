@@ -7,14 +7,14 @@ import random
 import pandas as pd
 import pytest
 
-from log.codec import default_codec
-from log.registry import parse_duration_ms
-from log.settings import Settings
-from spark_streaming.checkpoint import default_checkpoint
-from spark_streaming.job import JobOptions, state_partitions
-from spark_streaming.queue_state import MAX_ID_BYTES, Ttl, queue_key
-from spark_streaming.state_layout import MemoryMaps
-from spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, TOMBSTONE, process_rows
+from tidemark.log.codec import default_codec
+from tidemark.log.queue_state import MAX_ID_BYTES, Ttl, queue_key
+from tidemark.log.registry import parse_duration_ms
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.checkpoint import default_checkpoint
+from tidemark.spark_streaming.job import JobOptions, state_partitions
+from tidemark.spark_streaming.state_layout import MemoryMaps
+from tidemark.spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, TOMBSTONE, process_rows
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan
 
@@ -151,7 +151,7 @@ def test_durations_checkpoint_partitions_and_plan(tmp_path) -> None:
 
 
 def test_kafka_client_settings_reach_spark_in_java_names() -> None:
-    from spark_streaming.job import kafka_options
+    from tidemark.spark_streaming.job import kafka_options
     s = Settings(bootstrap="b:9092", client={
         "security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
         "sasl.username": "u", "sasl.password": "p", "ssl.ca.location": "/ca.pem"})

@@ -1,4 +1,4 @@
-"""The queues job's supervision loop (:class:`spark_streaming.supervisor.Supervisor`) with fake
+"""The queues job's supervision loop (:class:`tidemark.spark_streaming.supervisor.Supervisor`) with fake
 queries and a fake clock: restarts, backoff and its reset, the limit, the session check, stops,
 and the status file. The real query under a killed Python worker is
 tests/fault/test_spark_worker_kill.py."""
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from log.exceptions import ConfigError
-from spark_streaming.exceptions import QueryFailedError
-from spark_streaming.supervisor import Backoff, Supervisor, read_status, summarize
+from tidemark.log.exceptions import ConfigError
+from tidemark.spark_streaming.exceptions import QueryFailedError
+from tidemark.spark_streaming.supervisor import Backoff, Supervisor, read_status, summarize
 
 
 class Clock:

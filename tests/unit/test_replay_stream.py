@@ -12,17 +12,17 @@ from typing import Any
 import grpc
 import pytest
 
-from gossip.exceptions import QueuesBehindError, ReplayInterruptedError, ReplayRefusedError
-from gossip.replay_rows import encode_row, entry_record, is_row
-from gossip.service import ReplicaClient, start_server
-from log.codec import default_codec
-from log.partitioner import partition_for_peer
-from log.settings import Settings
-from replica.leases import Leases
-from replica.queue_index import delete_entry, put_entry
-from replica.replay import ReplayService
-from replica.store import Store, progress_key
 from tests.support import wait_for
+from tidemark.gossip.exceptions import QueuesBehindError, ReplayInterruptedError, ReplayRefusedError
+from tidemark.gossip.replay_rows import encode_row, entry_record, is_row
+from tidemark.gossip.service import ReplicaClient, start_server
+from tidemark.log.codec import default_codec
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import Settings
+from tidemark.replica.leases import Leases
+from tidemark.replica.queue_index import delete_entry, put_entry
+from tidemark.replica.replay import ReplayService
+from tidemark.replica.store import Store, progress_key
 from tidemark.stack.processes import free_ports
 
 CODEC = default_codec()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gossip.service import (
+from tidemark.gossip.service import (
     ReplicaClient,
     method_path,
     sign_request,

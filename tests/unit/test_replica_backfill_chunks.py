@@ -8,11 +8,11 @@ from pathlib import Path
 
 from test_replica_store import NOW, C, ack, send
 
-from gossip.service import MAX_MESSAGE_BYTES, pack_records, start_server
-from gossip.service import ReplicaClient as Peers
-from replica.backfill import Backfiller, serve_digest, serve_fetch
-from replica.ingest import index_txlog
-from replica.store import Store
+from tidemark.gossip.service import MAX_MESSAGE_BYTES, pack_records, start_server
+from tidemark.gossip.service import ReplicaClient as Peers
+from tidemark.replica.backfill import Backfiller, serve_digest, serve_fetch
+from tidemark.replica.ingest import index_txlog
+from tidemark.replica.store import Store
 from tidemark.stack.processes import free_ports
 
 

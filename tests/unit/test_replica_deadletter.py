@@ -8,8 +8,8 @@ import hashlib
 
 from confluent_kafka import Message
 
-from log.settings import load_settings
-from replica.deadletter import KEY_MAX, DeadLetters
+from tidemark.log.settings import load_settings
+from tidemark.replica.deadletter import KEY_MAX, DeadLetters
 
 
 def _settings():  # type: ignore[no-untyped-def]

@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gossip.interval_map import IntervalMap, record_hash
-from replica.digests import DIGEST_PREFIX, RANGE, rebuild_digests
-from replica.store import ADOPT_FILE, Store
+from tidemark.gossip.interval_map import IntervalMap, record_hash
+from tidemark.replica.digests import DIGEST_PREFIX, RANGE, rebuild_digests
+from tidemark.replica.store import ADOPT_FILE, Store
 
 SPAN = 3 * RANGE + 100  # offsets used: three whole ranges and a ragged one
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import schemas
-from log.codec import Codec, default_codec
-from log.exceptions import CodecError
-from replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_readers, txlog_scanners
-from replica.fastpath_acks import ACK_BATCH, ack_batch_header
+from tidemark import schemas
+from tidemark.log.codec import Codec, default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_readers, txlog_scanners
+from tidemark.replica.fastpath_acks import ACK_BATCH, ack_batch_header
 
 CODEC = default_codec()
 SCANNERS = txlog_scanners(CODEC)

@@ -8,12 +8,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import schemas
-from log.codec import MARKER, Codec, default_codec
-from log.exceptions import CodecError
-from log.fast_encoder import varint, zigzag_long
-from replica.fastpath_acks import ACK_BATCH, ack_batch_header, ack_batch_scanner, scan_ack_batch
-from replica.release_policy import _fields, _readers
+from tidemark import schemas
+from tidemark.log.codec import MARKER, Codec, default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.log.fast_encoder import varint, zigzag_long
+from tidemark.replica.fastpath_acks import (
+    ACK_BATCH,
+    ack_batch_header,
+    ack_batch_scanner,
+    scan_ack_batch,
+)
+from tidemark.replica.release_policy import _fields, _readers
 
 CODEC = default_codec()
 HEADER = ack_batch_header(CODEC)

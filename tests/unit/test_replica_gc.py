@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from test_replica_store import NOW, ack, apply, send
 
-import replica.release_policy as release_policy
-from replica.config import ReleasePolicy
-from replica.gc_worker import GcWorker
-from replica.store import Store
+import tidemark.replica.release_policy as release_policy
 from tests.support import wait_for
+from tidemark.replica.config import ReleasePolicy
+from tidemark.replica.gc_worker import GcWorker
+from tidemark.replica.store import Store
 
 DAY = 86_400_000
 
@@ -99,7 +99,7 @@ def test_gc_never_loses_an_ingest_map_update(tmp_path: Path) -> None:
 def test_a_sweep_goes_on_while_the_cursor_waits_at_a_young_record(tmp_path: Path) -> None:
     """Pending Sends are swept in bounded passes, and a pass that stopped on its budget
     asks for the next one at once even though the cursor waits for a young record."""
-    from replica.release_policy import collect
+    from tidemark.replica.release_policy import collect
     store = Store(tmp_path / "s", "n1")
     apply(store, [send(f"m{i}") for i in range(100)])
     policy = ReleasePolicy(min_age_ms=5_000)

@@ -10,13 +10,13 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from gossip.cluster_config import ConfigLog, Epoch, Partition
-from gossip.node_state import NodeState
-from log.codec import default_codec
-from log.settings import load_settings
-from replica.ingest import Ingestor
-from replica.status import StatusSnapshot, build_status
-from replica.store import Store
+from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition
+from tidemark.gossip.node_state import NodeState
+from tidemark.log.codec import default_codec
+from tidemark.log.settings import load_settings
+from tidemark.replica.ingest import Ingestor
+from tidemark.replica.status import StatusSnapshot, build_status
+from tidemark.replica.store import Store
 
 OFFLINE = load_settings(env={}, bootstrap="127.0.0.1:1", topic_prefix="hy.", partitions=2)
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-import replica.ingest as ingest_mod
-from log.settings import load_settings
-from replica.ingest import BOOKKEEPING_S, Ingestor
-from replica.store import Store
+import tidemark.replica.ingest as ingest_mod
+from tidemark.log.settings import load_settings
+from tidemark.replica.ingest import BOOKKEEPING_S, Ingestor
+from tidemark.replica.store import Store
 
 OFFLINE = load_settings(env={}, bootstrap="127.0.0.1:1", topic_prefix="st.", partitions=2)
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from log.codec import default_codec
-from replica.config import ReleasePolicy
-from replica.exceptions import StoreError
-from replica.ingest import index_txlog
-from replica.release_policy import release
-from replica.store import Store
+from tidemark.log.codec import default_codec
+from tidemark.replica.config import ReleasePolicy
+from tidemark.replica.exceptions import StoreError
+from tidemark.replica.ingest import index_txlog
+from tidemark.replica.release_policy import release
+from tidemark.replica.store import Store
 
 C = default_codec()
 NOW = int(time.time() * 1000)
@@ -179,7 +179,7 @@ def test_a_future_timestamp_cannot_hold_gc_back_for_good(tmp_path: Path) -> None
 def test_pass_resumes_where_it_stopped_and_visits_each_record_once(tmp_path: Path) -> None:
     """The cursor visits each record once; the Sends it leaves pending are read again by a
     sweep only after an Ack was visited, and only those still pending."""
-    from replica.release_policy import collect, load_state
+    from tidemark.replica.release_policy import collect, load_state
     store = Store(tmp_path / "s", "n1")
     apply(store, [send(f"m{i}") for i in range(50)] + [ack(f"m{i}") for i in range(0, 50, 2)])
     first = collect(store, 0, 75, ReleasePolicy(), NOW)
@@ -253,7 +253,7 @@ def test_release_is_safe_and_leaves_nothing_behind(tmp_path_factory) -> None:  #
                         if kind == "send" and not due(s, n)}, script
         assert _keys(store, b"U") == [] and _keys(store, b"W") == []
         store.close()
-    from replica.release_policy import collect, load_state
+    from tidemark.replica.release_policy import collect, load_state
     run()
 
 
@@ -262,7 +262,7 @@ def test_a_store_from_before_sweeps_drops_its_pending_index(tmp_path: Path) -> N
     index is deleted, and its Sends, still below the cursor, are decided by a sweep."""
     import struct
 
-    from replica.release_policy import collect, load_state
+    from tidemark.replica.release_policy import collect, load_state
     store = Store(tmp_path / "s", "n1")
     apply(store, [send("a"), send("b"), ack("a")])
     old = b"W\x00\x00" + struct.pack(">I", 3) + b"bob"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from log.exceptions import ConfigError
-from log.settings import load_settings
+from tidemark.log.exceptions import ConfigError
+from tidemark.log.settings import load_settings
 
 
 def test_precedence_and_client_passthrough(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_every_flag_names_its_variable_in_help() -> None:
 
 
 def test_registry_parses_and_rejects() -> None:
-    from log import registry
+    from tidemark.log import registry
     assert registry.env_value("ack_ttl", {"TIDEMARK_ACK_TTL": "2h"}) == 7_200_000
     assert registry.env_value("ack_ttl", {}) == 86_400_000
     with pytest.raises(ConfigError, match="TIDEMARK_PARTITIONS"):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from log import jvm
-from log.exceptions import ConfigError
-from log.settings import jaas_quote, java_client_settings, load_settings
+from tidemark.log import jvm
+from tidemark.log.exceptions import ConfigError
+from tidemark.log.settings import jaas_quote, java_client_settings, load_settings
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 OAUTH = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"

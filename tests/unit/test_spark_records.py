@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from log.codec import default_codec
-from log.exceptions import CodecError
-from spark_streaming.records import RecordReader
+from tidemark.log.codec import default_codec
+from tidemark.log.exceptions import CodecError
+from tidemark.spark_streaming.records import RecordReader
 
 C = default_codec()
 READER = RecordReader(C)
@@ -61,5 +61,5 @@ def test_fast_reader_matches_the_codec(case: tuple[str, dict], data: st.DataObje
 
 def test_hand_built_state_requests_are_pysparks_bytes() -> None:
     proto = pytest.importorskip("pyspark.sql.streaming.proto.StateMessage_pb2")
-    from spark_streaming.pyspark_state import _same_bytes
+    from tidemark.spark_streaming.pyspark_state import _same_bytes
     assert _same_bytes(proto)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from log.exceptions import ClusterLaunchError
+from tidemark.log.exceptions import ClusterLaunchError
 from tidemark.stack.launcher import LocalStack, ProcessSpec
 from tidemark.stack.processes import is_alive, kill9
 

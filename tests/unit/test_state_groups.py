@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.state_groups import MARKER, choose_groups, local_checkpoint
+from tidemark.spark_streaming.exceptions import QueuesError
+from tidemark.spark_streaming.state_groups import MARKER, choose_groups, local_checkpoint
 
 
 def test_new_local_checkpoint_takes_the_default_and_keeps_it(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import json
 import re
 from pathlib import Path
 
-from gossip.cluster_config import Epoch
-from gossip.exceptions import EpochError
-from log.settings import Settings, load_settings
+from tidemark.gossip.cluster_config import Epoch
+from tidemark.gossip.exceptions import EpochError
+from tidemark.log.settings import Settings, load_settings
 from tidemark.options import cluster_file, env_flag
 from tidemark.stack import LocalStack
 
@@ -24,8 +24,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _current(settings: Settings) -> Epoch:
-    from gossip.cluster_config import ConfigLog
-    from log.topics import require_topics
+    from tidemark.gossip.cluster_config import ConfigLog
+    from tidemark.log.topics import require_topics
     require_topics(settings, ("config",))
     log = ConfigLog(settings)
     try:
@@ -38,7 +38,7 @@ def _current(settings: Settings) -> Epoch:
 
 
 def _commit(settings, candidate) -> int:
-    from gossip.cluster_config import ConfigLog, append_epoch
+    from tidemark.gossip.cluster_config import ConfigLog, append_epoch
     append_epoch(settings, candidate)
     log = ConfigLog(settings)
     try:
@@ -52,7 +52,7 @@ def _commit(settings, candidate) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
-    from gossip.cluster_config import Partition
+    from tidemark.gossip.cluster_config import Partition
     settings = _settings(args)
     epoch = _current(settings)
     part = epoch.partition_of(args.node_id)
@@ -79,7 +79,7 @@ def _forget_locally(state_dir: str, node_id: str) -> None:
 
 
 def _add(args: argparse.Namespace) -> int:
-    from gossip.cluster_config import Partition
+    from tidemark.gossip.cluster_config import Partition
     if not re.fullmatch(r"[\w.-]+:\d{1,5}", args.address):
         raise EpochError(f"--address must be HOST:PORT, got {args.address!r}")
     settings = _settings(args)

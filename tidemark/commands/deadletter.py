@@ -8,9 +8,9 @@ import time
 
 from confluent_kafka import KafkaException
 
-from log.exceptions import LogError
-from spark_streaming.exceptions import QueuesError
+from tidemark.log.exceptions import LogError
 from tidemark.options import add_settings_args, print_json, settings_from_args
+from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["register"]
 
@@ -21,8 +21,8 @@ def _readable(exc: Exception, settings_text: str) -> QueuesError:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from log.topics import require_topics
-    from spark_streaming.deadletters import read_letters
+    from tidemark.log.topics import require_topics
+    from tidemark.spark_streaming.deadletters import read_letters
     settings = settings_from_args(args)
     require_topics(settings, ("deadletter",))
     try:
@@ -45,8 +45,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from log.topics import require_topics
-    from spark_streaming.deadletters import replay
+    from tidemark.log.topics import require_topics
+    from tidemark.spark_streaming.deadletters import replay
     settings = settings_from_args(args)
     require_topics(settings, ("deadletter", "txlog"))
     try:

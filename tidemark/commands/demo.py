@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
+from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.options import (
     add_settings_args,
     cluster_file,
@@ -25,10 +25,10 @@ def _say(msg: str) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from log.settings import default_state_dir
-    from replica.config import load_cluster_file
     from tidemark.demo.report import render
     from tidemark.demo.scenario import DemoOptions, run_demo
+    from tidemark.log.settings import default_state_dir
+    from tidemark.replica.config import load_cluster_file
     settings = settings_from_args(args)
     addresses = [n.address for n in load_cluster_file(cluster_file(args)).nodes.values()]
     state = Path(args.state_dir) if args.state_dir else default_state_dir()
@@ -77,8 +77,8 @@ def _bench_replay(args: argparse.Namespace) -> int:
 
 
 def _bench_catchup(args: argparse.Namespace) -> int:
-    from log.settings import default_state_dir
     from tidemark.demo.catchup_bench import CatchupOptions, bench_catchup, render
+    from tidemark.log.settings import default_state_dir
     state = Path(args.state_dir) if args.state_dir else default_state_dir()
     folder = Path(args.folder) if args.folder else state / "catchup"
     opts = CatchupOptions(rate=args.rate, senders=args.senders, window=args.window,

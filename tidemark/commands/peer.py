@@ -21,8 +21,8 @@ __all__ = ["register"]
 
 def _depths(args: argparse.Namespace) -> dict[str, int]:
     """Queue depth per peer from the queues topic; empty when it cannot be read."""
-    from log.exceptions import TidemarkError
-    from spark_streaming.depth import depth_report
+    from tidemark.log.exceptions import TidemarkError
+    from tidemark.spark_streaming.depth import depth_report
     try:
         return dict(depth_report(settings_from_args(args))["peers"])
     except TidemarkError:
@@ -30,7 +30,7 @@ def _depths(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from peer_client.operator import list_peers
+    from tidemark.peer_client.operator import list_peers
     settings = settings_from_args(args)
     rows: list[dict[str, Any]] = list_peers(settings, args.environment,
                                             dead_after_ms=int(args.dead_after * 1000))
@@ -50,7 +50,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from peer_client.operator import peer_status
+    from tidemark.peer_client.operator import peer_status
     doc = peer_status(settings_from_args(args), args.peer_id, args.environment)
     if args.json:
         print_json(doc)
@@ -85,7 +85,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    from peer_client.operator import purge_peer
+    from tidemark.peer_client.operator import purge_peer
     out = purge_peer(settings_from_args(args), args.peer_id, args.environment)
     if args.json:
         print_json(out)
@@ -97,7 +97,7 @@ def _purge(args: argparse.Namespace) -> int:
 
 
 def _duration(text: str) -> int:
-    from log.registry import parse_duration_ms
+    from tidemark.log.registry import parse_duration_ms
     try:
         return parse_duration_ms(text)
     except ValueError as exc:
@@ -118,7 +118,7 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def _bench_send(args: argparse.Namespace) -> int:
-    from peer_client.bench import bench_send
+    from tidemark.bench.peer import bench_send
     settings = settings_from_args(args)
     result = bench_send(settings, messages=args.messages,
                         payload_bytes=args.payload_bytes, rounds=args.rounds,
@@ -139,7 +139,7 @@ def _bench_send(args: argparse.Namespace) -> int:
 
 
 def _bench_stable(args: argparse.Namespace) -> int:
-    from peer_client.bench import bench_stable
+    from tidemark.bench.peer import bench_stable
     result = bench_stable(settings_from_args(args), rate=args.rate, seconds=args.seconds,
                           progress=progress)
     if args.json:

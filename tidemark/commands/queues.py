@@ -9,16 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from log.exceptions import ConfigError
-from spark_streaming.checkpoint import default_checkpoint
-from spark_streaming.exceptions import QueuesError
+from tidemark.log.exceptions import ConfigError
 from tidemark.options import add_settings_args, env_flag, settings_from_args
+from tidemark.spark_streaming.checkpoint import default_checkpoint
+from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["register"]
 
 
 def _duration(text: str) -> int:
-    from log.registry import parse_duration_ms
+    from tidemark.log.registry import parse_duration_ms
     try:
         return parse_duration_ms(text)
     except ValueError as exc:
@@ -26,7 +26,7 @@ def _duration(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from spark_streaming.job import JobOptions, run_job
+    from tidemark.spark_streaming.job import JobOptions, run_job
     settings = settings_from_args(args)
     trigger_ms = args.trigger
     if trigger_ms <= 0:
@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _status_file(args: argparse.Namespace) -> str | None:
     """``--status-file``, else ``supervisor.json`` next to ``--ready-file``, else none."""
-    from spark_streaming.supervisor import STATUS_NAME
+    from tidemark.spark_streaming.supervisor import STATUS_NAME
     if args.status_file:
         return str(args.status_file)
     if args.ready_file:
@@ -67,8 +67,8 @@ def _touch(path: Path) -> Callable[[Any], None]:
 def _depth(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
 
-    from log.topics import require_topics
-    from spark_streaming.depth import depth_report, wait_for_progress
+    from tidemark.log.topics import require_topics
+    from tidemark.spark_streaming.depth import depth_report, wait_for_progress
     settings = settings_from_args(args)
     require_topics(settings, ("txlog", "queues"))  # "unreachable" vs "missing", one line
     try:
@@ -90,7 +90,7 @@ def _depth(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from spark_streaming.bench import bench_queues, print_report
+    from tidemark.bench.queues import bench_queues, print_report
     result = bench_queues(settings_from_args(args), transactions=args.transactions,
                           rate=args.rate, seconds=args.seconds, trigger_ms=args.trigger,
                           state_dir=args.state_dir, backlog=args.backlog)

@@ -11,8 +11,8 @@ __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from replica.config import load_cluster_file
-    from replica.node import Node
+    from tidemark.replica.config import load_cluster_file
+    from tidemark.replica.node import Node
     cf = load_cluster_file(cluster_file(args))
     node = Node(cf, args.node)
     try:
@@ -24,12 +24,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from gossip.service import fetch_status
-    from replica.status import render_text
+    from tidemark.gossip.service import fetch_status
+    from tidemark.replica.status import render_text
     if args.address:
         addresses = [args.address]
     else:
-        from replica.config import load_cluster_file
+        from tidemark.replica.config import load_cluster_file
         addresses = [n.address for n in load_cluster_file(cluster_file(args)).nodes.values()]
     doc = fetch_status(addresses, timeout=args.timeout)
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
@@ -37,12 +37,12 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _bench_ingest(args: argparse.Namespace) -> int:
-    from replica.bench import run_bench
+    from tidemark.bench.replica import run_bench
     return run_bench(args)
 
 
 def _bench_gc(args: argparse.Namespace) -> int:
-    from replica.bench import gc_bench
+    from tidemark.bench.replica import gc_bench
     result = gc_bench(args.bootstrap or None, args.config, store_records=args.store_records,
                       ingest_records=args.records, say=progress)
     if args.json:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from log.exceptions import ConfigError
+from tidemark.log.exceptions import ConfigError
 from tidemark.options import add_settings_args, print_json, progress, settings_from_args
 from tidemark.stack.settle import broker_jit_probe
 
@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 
 def _load(args: argparse.Namespace) -> int:
-    from log.load import generate_load, stderr_progress
+    from tidemark.log.load import generate_load, stderr_progress
     if args.peers < 1 or args.messages < 0:
         raise ConfigError("--peers must be >= 1 and --messages >= 0")
     if not 0.0 <= args.ack_ratio <= 1.0:
@@ -31,7 +31,7 @@ def _load(args: argparse.Namespace) -> int:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from log.topics import check_replication, ensure_topics
+    from tidemark.log.topics import check_replication, ensure_topics
     settings = settings_from_args(args)
     created = ensure_topics(settings, timeout_s=args.timeout)
     check_replication(settings, allow_under_replicated=args.allow_under_replicated)
@@ -40,7 +40,7 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def _topics_describe(args: argparse.Namespace) -> int:
-    from log.topics import describe_topics
+    from tidemark.log.topics import describe_topics
     info = describe_topics(settings_from_args(args))
     if args.json:
         print_json(info)
@@ -53,7 +53,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
 
 
 def _bench_produce(args: argparse.Namespace) -> int:
-    from log.bench_produce import bench_produce
+    from tidemark.bench.produce import bench_produce
     settings = settings_from_args(args)
     result = bench_produce(settings, messages=args.messages,
                            payload_bytes=args.payload_bytes, rounds=args.rounds,

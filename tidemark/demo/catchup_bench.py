@@ -47,13 +47,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from log.exceptions import TidemarkError
-from log.offsets import end_offsets, watermarks
-from log.partitioner import partition_for_peer
-from log.settings import Settings
 from tidemark.demo.ledger import incarnation_tally, read_handled, read_sent
 from tidemark.demo.procs import PeerProcess
 from tidemark.demo.replay_bench import RssSampler
+from tidemark.log.exceptions import TidemarkError
+from tidemark.log.offsets import end_offsets, watermarks
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.settings import Settings
 from tidemark.stack.cpu_account import CpuAccount
 
 __all__ = ["CatchupOptions", "bench_catchup", "render", "check_targets", "TARGET_NORMAL_S",
@@ -99,7 +99,7 @@ def stack_processes(settings: Settings, state_dir: str | None) -> dict[str, dict
     ``spark``); raises :data:`NEEDS` when the replica nodes or (on a local stack) the Spark
     job are missing. Not a local stack (none in ``state_dir``): empty groups, and the Spark
     job is checked later by its progress on B's partition."""
-    from gossip.cluster_config import ConfigLog
+    from tidemark.gossip.cluster_config import ConfigLog
     from tidemark.stack.launcher import LocalStack
     config = ConfigLog(settings)
     try:
@@ -141,8 +141,8 @@ def with_children(procs: dict[str, int]) -> dict[str, int]:
 
 def acked_ids(settings: Settings, peer: str, k: int, start: int, end: int) -> set[str]:
     """Ids covered by ``peer``'s Ack and AckBatch records in txlog/``k`` [start, end)."""
-    from log.codec import default_codec
-    from log.consumer import read_to_end
+    from tidemark.log.codec import default_codec
+    from tidemark.log.consumer import read_to_end
     codec, key = default_codec(), peer.encode()
     out: set[str] = set()
     if end <= start:
@@ -333,7 +333,7 @@ def bench_catchup(settings: Settings, opts: CatchupOptions, folder: Path,
         b1.wait_until(lambda d: d.get("phase") == "normal", opts.start_timeout_s,
                       "phase normal")
         if not procs["spark"]:  # not a local stack: is a queues job running somewhere?
-            from spark_streaming.depth import wait_for_progress
+            from tidemark.spark_streaming.depth import wait_for_progress
             try:
                 wait_for_progress(settings, 60.0)
             except TidemarkError as exc:

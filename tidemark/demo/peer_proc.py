@@ -8,8 +8,8 @@ Both print JSON lines on stdout: ``{"t": "ready", ...}`` once started, ``{"t": "
 stdin (the peer stops cleanly, then the process exits 0). Every line carries ``ts``, the
 wall-clock time it was written.
 
-* **receiver**: a :class:`~peer_client.Peer` with a
-  :class:`~peer_client.replay.ReplicaReplayer` (replay on start) and, with ``--dedup-dir``,
+* **receiver**: a :class:`~tidemark.peer_client.Peer` with a
+  :class:`~tidemark.peer_client.replay.ReplicaReplayer` (replay on start) and, with ``--dedup-dir``,
   the library's persisted dedup (``PeerOptions.dedup_dir``: a message whose handler returned
   before a SIGKILL is not handed to B's next incarnation again); its handlers record every
   Tick and Note in a fsync'ed :class:`~tidemark.demo.ledger.Ledger` before returning.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from log.settings import load_settings
-from peer_client import Delivery, MessageContext, Peer, PeerOptions, message
+from tidemark.log.settings import load_settings
+from tidemark.peer_client import Delivery, MessageContext, Peer, PeerOptions, message
 
 __all__ = ["Tick", "Note", "main"]
 
@@ -79,9 +79,9 @@ def _wait_stop() -> None:
 
 def run_receiver(args: argparse.Namespace) -> int:
     """The receiver: replay on start, record every handled message, stop on ``stop``."""
-    from peer_client.context import Phase
-    from peer_client.replay import ReplicaReplayer
     from tidemark.demo.ledger import Handled, Ledger
+    from tidemark.peer_client.context import Phase
+    from tidemark.peer_client.replay import ReplicaReplayer
     settings = load_settings(state_dir=args.state_dir)
     ledger = Ledger(Path(args.ledger), keep_repeats=args.keep_repeats,
                     fsync=not args.no_fsync)

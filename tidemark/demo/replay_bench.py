@@ -38,13 +38,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
-from log.exceptions import TidemarkError
-from log.offsets import end_offsets, watermarks
-from log.partitioner import partition_for_peer
-from log.producer import LogProducer
-from log.settings import Settings
-from peer_client import BatchContext, MessageContext, Peer, message, message_type_of
+from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
+from tidemark.log.exceptions import TidemarkError
+from tidemark.log.offsets import end_offsets, watermarks
+from tidemark.log.partitioner import partition_for_peer
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.peer_client import BatchContext, MessageContext, Peer, message, message_type_of
 from tidemark.stack.cpu_account import CpuAccount
 
 __all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO", "HANDLERS"]
@@ -132,7 +132,7 @@ def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: 
          say: Say) -> tuple[int, int]:
     """Append ``n`` Sends to ``peer`` (txlog partition ``k``) and, if ``direct``, their queue
     records; returns the queues offset where the peer's entries start and the txlog end."""
-    from spark_streaming.queue_state import progress_key, queue_key
+    from tidemark.log.queue_state import progress_key, queue_key
     producer = LogProducer(settings)
     q0 = end_offsets(settings, "queues", [k])[k]
     start = end_offsets(settings, "txlog", [k])[k]
@@ -231,7 +231,7 @@ def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], tim
     """Start a real Peer with replay on start; its handler counts the replayed messages.
     The CPU each process used meanwhile is accounted (``cpu``): this process (the peer),
     the replica that served the replay, the other replicas, the brokers."""
-    from peer_client.replay import ReplicaReplayer
+    from tidemark.peer_client.replay import ReplicaReplayer
     counter = _Counter()
     # covered=False: the bench measures the replicas' replay of the whole backlog (its
     # queue records are written before, so nothing would be left for the handover anyway)
@@ -305,7 +305,7 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
                  window: int = DEFAULT_WINDOW, settle_s: float = 300.0,
                  handler: str = "batch") -> dict[str, Any]:
     """The whole bench; returns the figures (see the module doc)."""
-    from gossip.cluster_config import ConfigLog
+    from tidemark.gossip.cluster_config import ConfigLog
     config = ConfigLog(settings)
     try:
         if config.read_to_end() is None:

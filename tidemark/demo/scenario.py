@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from log.exceptions import TidemarkError
-from log.settings import Settings
 from tidemark.demo.ledger import read_handled, read_sent, tally
 from tidemark.demo.procs import PeerProcess
+from tidemark.log.exceptions import TidemarkError
+from tidemark.log.settings import Settings
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -47,7 +47,7 @@ class DemoOptions:
 
 
 def _depths(settings: Settings) -> dict[str, Any]:
-    from spark_streaming.depth import depth_report
+    from tidemark.spark_streaming.depth import depth_report
     try:
         return depth_report(settings)
     except TidemarkError as exc:
@@ -55,7 +55,7 @@ def _depths(settings: Settings) -> dict[str, Any]:
 
 
 def _replica_status(addresses: list[str]) -> dict[str, Any]:
-    from gossip.service import fetch_status
+    from tidemark.gossip.service import fetch_status
     try:
         return fetch_status(addresses, timeout=5.0)
     except TidemarkError as exc:
@@ -65,7 +65,7 @@ def _replica_status(addresses: list[str]) -> dict[str, Any]:
 def _deadlettered(settings: Settings, peer: str) -> int | None:
     """Records in ``deadletter`` for ``peer`` (key ``peer`` or ``peer\\0...``, or a
     ``peer``/``recipient`` header); None if the topic cannot be read."""
-    from log.consumer import read_to_end
+    from tidemark.log.consumer import read_to_end
     mine, prefix = peer.encode(), peer.encode() + b"\0"
     n = 0
     try:

@@ -10,7 +10,7 @@ reuse. With ``TIDEMARK_BOOTSTRAP`` set, no broker is started: the existing clust
 SASL_PLAINTEXT with SCRAM-SHA-256 (brokers talk to each other through it too); the SCRAM
 credentials, a random password each, are written at storage format time
 (``StorageTool format --add-scram``). The client settings go into ``state.json``
-(``client``), where :func:`log.settings.load_settings` takes them with the bootstrap, and
+(``client``), where :func:`tidemark.log.settings.load_settings` takes them with the bootstrap, and
 into the environment of every process the stack starts.
 """
 
@@ -30,11 +30,11 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from log import jvm, registry
-from log.exceptions import ClusterLaunchError
-from log.settings import Settings, default_state_dir, load_settings
-from log.topics import ensure_topics
-from spark_streaming.supervisor import STATUS_NAME, read_status
+from tidemark.log import jvm, registry
+from tidemark.log.exceptions import ClusterLaunchError
+from tidemark.log.settings import Settings, default_state_dir, load_settings
+from tidemark.log.topics import ensure_topics
+from tidemark.spark_streaming.supervisor import STATUS_NAME, read_status
 from tidemark.stack.processes import (
     free_ports,
     is_alive,

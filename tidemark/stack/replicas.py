@@ -13,9 +13,9 @@ import secrets
 import sys
 from pathlib import Path
 
-from gossip.peer_auth import LOCAL_CLUSTER_FILE, issue_token
-from replica.config import NodeSpec, PartitionSpec, load_cluster_file, render_cluster_file
-from replica.exceptions import ClusterConfigError
+from tidemark.gossip.peer_auth import LOCAL_CLUSTER_FILE, issue_token
+from tidemark.replica.config import NodeSpec, PartitionSpec, load_cluster_file, render_cluster_file
+from tidemark.replica.exceptions import ClusterConfigError
 from tidemark.stack.launcher import LocalStack, ProcessSpec
 from tidemark.stack.processes import free_ports
 

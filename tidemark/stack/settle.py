@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from log.exceptions import ClusterLaunchError
+from tidemark.log.exceptions import ClusterLaunchError
 from tidemark.stack.launcher import LocalStack
 
 __all__ = ["Settled", "Window", "busy_cores", "cpu_times", "cpu_pressure", "measure",

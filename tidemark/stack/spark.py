@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from log.settings import load_settings
-from spark_streaming.checkpoint import default_checkpoint
+from tidemark.log.settings import load_settings
+from tidemark.spark_streaming.checkpoint import default_checkpoint
 from tidemark.stack.launcher import LocalStack, ProcessSpec
 
 __all__ = ["plan"]

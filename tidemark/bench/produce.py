@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from log.producer import LogProducer
-from log.settings import Settings
-from log.topics import prefer_leaders, topic_specs
+from tidemark.log.producer import LogProducer
+from tidemark.log.settings import Settings
+from tidemark.log.topics import prefer_leaders, topic_specs
 
 __all__ = ["bench_produce", "bench_topic", "raw_produce_rate", "warm_up", "warm_up_report",
            "WARM_UP_ROUNDS", "JIT_KEY", "JIT_QUIET_CORES"]

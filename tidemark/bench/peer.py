@@ -6,12 +6,12 @@ callback. The raw side produces pre-built bytes of the Send record's size to the
 the peer side does what an application's send does: encode the message (Avro), build and
 encode the Send, append it, and account for it until Kafka acknowledges it (flight window).
 The headline figure is ``Peer.post`` (fire and forget, then ``flush``); ``tracked`` is
-``Peer.send_nowait``, which also keeps a :class:`~peer_client.Delivery` handle per message
+``Peer.send_nowait``, which also keeps a :class:`~tidemark.peer_client.Delivery` handle per message
 alive until Kafka acknowledges it, and pays for it in garbage-collector time. The recipient
 is not registered, so nothing is delivered directly (that path is measured by the
 integration tests). Rounds alternate after an uncounted warm-up that lasts until both
 sides' rates settle and, on the local stack, the brokers' JIT compilers are quiet
-(:func:`~log.bench_produce.warm_up`); medians are reported.
+(:func:`~tidemark.bench.produce.warm_up`); medians are reported.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from log.bench_produce import raw_produce_rate, warm_up, warm_up_report
-from log.settings import Settings
-from log.topics import delete_topic_set, ensure_topics
-from peer_client.messages import message, message_type_of
-from peer_client.options import PeerOptions
-from peer_client.peer import Peer
-from peer_client.records import peer_codec
+from tidemark.bench.produce import raw_produce_rate, warm_up, warm_up_report
+from tidemark.log.settings import Settings
+from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.peer_client.messages import message, message_type_of
+from tidemark.peer_client.options import PeerOptions
+from tidemark.peer_client.peer import Peer
+from tidemark.peer_client.records import peer_codec
 
 __all__ = ["bench_send", "bench_stable", "BenchPayload"]
 
@@ -64,7 +64,7 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
     """Alternating rounds of raw producer and ``Peer.send``; rates (msg/s), medians, ratio.
 
     Runs on a topic set of its own (a unique prefix), deleted at the end. ``jit``: a probe
-    of the brokers' JIT compilers for the warm-up (:func:`log.bench_produce.warm_up`).
+    of the brokers' JIT compilers for the warm-up (:func:`tidemark.bench.produce.warm_up`).
     """
     bench = settings.with_overrides(
         topic_prefix=f"{settings.topic_prefix}bench{uuid.uuid4().hex[:6]}.")
@@ -142,7 +142,7 @@ def raw_ack_latency(settings: Settings, rate: int, seconds: float, size: int,
     report, i.e. what Kafka alone takes to make a record durable on the same cluster."""
     from confluent_kafka import Producer
 
-    from log.bench_produce import bench_topic
+    from tidemark.bench.produce import bench_topic
     producer = Producer(settings.producer_config())
     topic, value = bench_topic(settings), os.urandom(size)  # shaped like txlog, not read
     latencies: list[float] = []

@@ -1,13 +1,13 @@
 """Physical expiry of remembered ids, pure logic: which FIFO chunks to read, which entries to
-delete, and the peer's meta afterwards (see :mod:`spark_streaming.queue_state` for the model:
-a memory expires once the peer's log clock reaches its ``until``)."""
+delete, and the peer's meta afterwards (see :mod:`tidemark.log.queue_state` for the
+model: a memory expires once the peer's log clock reaches its ``until``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from spark_streaming.queue_state import (
+from tidemark.log.queue_state import (
     DEDUP,
     EARLY,
     GC_CHUNKS,

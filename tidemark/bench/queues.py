@@ -31,13 +31,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from log.load import generate_load
-from log.offsets import end_offsets
-from log.producer import LogProducer
-from log.settings import Settings
-from log.topics import delete_topic_set, ensure_topics
-from spark_streaming.queue_state import is_progress_key, split_queue_key
-from spark_streaming.runner import JobProcess
+from tidemark.log.load import generate_load
+from tidemark.log.offsets import end_offsets
+from tidemark.log.producer import LogProducer
+from tidemark.log.queue_state import is_progress_key, split_queue_key
+from tidemark.log.settings import Settings
+from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.stack.queues_job import JobProcess
 
 __all__ = ["bench_queues", "print_report", "write_backlog", "BACKLOG_PEER"]
 

@@ -59,8 +59,8 @@ def _raw_worker(settings: Any, ends: dict[int, int], folder: str, out: Any) -> N
 
 
 def _node_worker(settings: Any, ends: dict[int, int], folder: str, out: Any) -> None:
-    from replica.ingest import Ingestor
-    from replica.store import Store
+    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.store import Store
     store = Store(folder, "bench")
     ingest = Ingestor(settings, store, "bench")
     ingest.assign(list(ends))
@@ -85,10 +85,10 @@ def _child(target: Any, *args: Any) -> dict:
 
 def run_bench(args: argparse.Namespace) -> int:
     """Produce ``--records`` txlog records, then time both consumers over them."""
-    from log.load import generate_load
-    from log.offsets import end_offsets
-    from log.settings import load_settings
-    from log.topics import delete_topic_set, ensure_topics
+    from tidemark.log.load import generate_load
+    from tidemark.log.offsets import end_offsets
+    from tidemark.log.settings import load_settings
+    from tidemark.log.topics import delete_topic_set, ensure_topics
     settings = load_settings(args.config, bootstrap=args.bootstrap,
                              topic_prefix=(args.topic_prefix
                                            or f"bench-ingest-{uuid.uuid4().hex[:8]}."),
@@ -135,8 +135,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 # ---- ingest with GC running ---------------------------------------------------------------
 def _fill_worker(settings: Any, ends: dict[int, int], folder: str, out: Any) -> None:
-    from replica.ingest import Ingestor
-    from replica.store import Store
+    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.store import Store
     store = Store(folder, "bench")
     ingest = Ingestor(settings, store, "bench")
     ingest.assign(list(ends))
@@ -152,10 +152,10 @@ def _gc_side_worker(settings: Any, ends: dict[int, int], folder: str, min_age_ms
     """Ingest everything up to ``ends`` into the store at ``folder``, with the GC thread
     running throughout (``gc_on``) or not; with GC, then GC alone for 5 s (ingest idle) for
     its release rate. GC point: the node's own base ends, as in a one-replica cluster."""
-    from replica.config import ReleasePolicy
-    from replica.gc_worker import GcWorker
-    from replica.ingest import Ingestor
-    from replica.store import Store
+    from tidemark.replica.config import ReleasePolicy
+    from tidemark.replica.gc_worker import GcWorker
+    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.store import Store
     store = Store(folder, "bench")
     ingest = Ingestor(settings, store, "bench")
     parts = sorted(ends)
@@ -208,10 +208,10 @@ def gc_bench(bootstrap: str | None = None, config: str | None = None,
     they kept falling on the GC-off slices (22 us of CPU per record in those against 5-7),
     which made ingest *with* GC come out 1.7-2.6 times faster at 24 h.
     """
-    from log.load import generate_load
-    from log.offsets import end_offsets
-    from log.settings import load_settings
-    from log.topics import delete_topic_set, ensure_topics
+    from tidemark.log.load import generate_load
+    from tidemark.log.offsets import end_offsets
+    from tidemark.log.settings import load_settings
+    from tidemark.log.topics import delete_topic_set, ensure_topics
     settings = load_settings(config, bootstrap=bootstrap, partitions=partitions,
                              topic_prefix=f"bench-gc-{uuid.uuid4().hex[:8]}.")
     ensure_topics(settings)

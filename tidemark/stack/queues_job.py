@@ -1,9 +1,7 @@
-"""Run the queues job as a child process (tests, benchmarks), and check it against txlog.
+"""Run the queues job as a child process (tests, benchmarks).
 
 :class:`JobProcess` starts ``tidemark queues run`` in its own process group, so that a kill
-takes the Python driver, its JVM and the Python workers together. :func:`expected_queues`
-reads txlog with a plain consumer and computes, one record at a time, what the queues must
-be: a reference independent of the job's batching, state store and output path.
+takes the Python driver, its JVM and the Python workers together.
 """
 
 from __future__ import annotations
@@ -15,22 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from log.codec import default_codec
-from log.consumer import read_to_end
-from log.exceptions import CodecError, LogError
-from log.offsets import watermarks
-from log.settings import Settings
-from spark_streaming.exceptions import QueuesError
-from spark_streaming.queue_state import (
-    DEFAULT_ACK_TTL_MS,
-    DEFAULT_DEDUP_WINDOW_MS,
-    DEFAULT_DELIVERY_LIMIT,
-    MAX_ID_BYTES,
-)
+from tidemark.log.settings import Settings
+from tidemark.spark_streaming.exceptions import QueuesError
 
-__all__ = ["JobProcess", "expected_queues"]
+__all__ = ["JobProcess"]
 
-_KINDS = ("Send", "Ack", "AckBatch", "Purge", "DeliveryFailed")  # what the job applies from txlog
 
 
 class JobProcess:
@@ -108,8 +95,8 @@ class JobProcess:
                           ) -> dict[int, int]:
         """Wait until queues progress covers ``ends`` (default: txlog's end now); raises
         :class:`QueuesError` with the log's end as soon as the job is gone, or at the deadline."""
-        from log.offsets import end_offsets
-        from spark_streaming.depth import ProgressTracker
+        from tidemark.log.offsets import end_offsets
+        from tidemark.spark_streaming.depth import ProgressTracker
         ends = {p: e for p, e in (ends or end_offsets(self.settings, "txlog")).items() if e}
         deadline = time.monotonic() + timeout_s
         tracker = ProgressTracker(self.settings)
@@ -129,59 +116,3 @@ class JobProcess:
                                       f"{self.log_tail()}")
         finally:
             tracker.close()
-
-
-def expected_queues(settings: Settings, ack_ttl_ms: int = DEFAULT_ACK_TTL_MS,
-                    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS, timeout_s: float = 120.0,
-                    delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
-                    ) -> tuple[dict[str, set[str]], dict[int, int], int]:
-    """``(unacked ids per peer, txlog end offsets, undecodable records)`` from txlog itself
-    (a message that failed ``delivery_limit`` times is dead-lettered, so not queued)."""
-    marks = watermarks(settings, "txlog")
-    queued: dict[str, dict[str, int]] = {}  # peer -> message id -> failed deliveries
-    dropped: dict[str, dict[str, int]] = {}
-    clock: dict[str, int] = {}
-    bad = 0
-    codec = default_codec()
-    try:
-        batches = read_to_end(settings, "txlog", timeout_s=timeout_s, marks=marks)
-        for msg in (m for msgs in batches for m in msgs):
-            try:
-                peer = (msg.key() or b"").decode()
-                decoded = codec.decode(msg.value())
-            except (CodecError, UnicodeDecodeError):
-                bad += 1
-                continue
-            rec = decoded.record
-            owner = rec.get("recipient", rec.get("peer"))
-            if not peer or owner != peer or decoded.name not in _KINDS \
-                    or max(len(peer.encode()), len(rec.get("message_id", "").encode())) \
-                    > MAX_ID_BYTES or "\x00" in peer:
-                bad += 1
-                continue
-            now = clock[peer] = max(clock.get(peer, 0), rec["timestamp_ms"])
-            q, gone = queued.setdefault(peer, {}), dropped.setdefault(peer, {})
-            if decoded.name == "Send":
-                mid = rec["message_id"]
-                if mid not in q and gone.get(mid, now) <= now:
-                    q[mid] = rec.get("delivery_count", 0)
-            elif decoded.name == "DeliveryFailed":
-                mid = rec["message_id"]
-                if mid in q:
-                    q[mid] += 1
-                    if q[mid] >= delivery_limit:  # dead-lettered; remembered like an early ack
-                        del q[mid]
-                        gone[mid] = max(gone.get(mid, 0), now + ack_ttl_ms)
-            elif decoded.name in ("Ack", "AckBatch"):  # remembered until: the longest
-                for mid in rec.get("message_ids") or [rec.get("message_id", "")]:
-                    keep = dedup_window_ms if mid in q else ack_ttl_ms
-                    q.pop(mid, None)
-                    gone[mid] = max(gone.get(mid, 0), now + keep)
-            else:
-                for mid in q:
-                    gone[mid] = max(gone.get(mid, 0), now + dedup_window_ms)
-                q.clear()
-    except LogError as exc:
-        raise QueuesError(str(exc)) from None
-    ends = {p: hi for p, (_, hi) in marks.items()}
-    return {p: set(q) for p, q in queued.items() if q}, ends, bad

@@ -31,7 +31,7 @@ of the peer applied so far, and a memory expires once ``clock >= until``. Expiry
 depends only on the records, never on wall-clock time or batch boundaries, so a restarted
 job converges to the same queues. Every read checks ``until`` against the clock (an expired
 memory is as good as absent); entries are *physically* removed by ``plan_expiry``
-(:mod:`spark_streaming.queue_expiry`), which pops FIFO chunks once their last id expired
+(:mod:`tidemark.log.queue_expiry`), which pops FIFO chunks once their last id expired
 (within one FIFO, ``until`` never decreases, because the clock never does). A remembered id
 whose memory was extended sits in a later chunk too; popping the earlier chunk leaves it
 alone.
@@ -40,7 +40,7 @@ The functions here only decide: :func:`plan_events` returns the net changes of a
 :class:`Change` per message whose presence in the queue differs between the start and the
 end of the batch, so each output key appears at most once and a re-run batch writes the same
 rows), the entries to write or delete, the chunks to add and the new meta. Reading and writing
-the state is the caller's job (:mod:`spark_streaming.transform`).
+the state is the caller's job (:mod:`tidemark.spark_streaming.transform`).
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from peer_client.lanes import KeyedLanes
+from tidemark.peer_client.lanes import KeyedLanes
 
 __all__ = ["ThreadExecutor", "LoopThread"]
 
-log = logging.getLogger("peer_client.runner")
+log = logging.getLogger("peer_client.executor")
 
 
 class LoopThread:

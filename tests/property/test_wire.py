@@ -1,0 +1,103 @@
+"""The hand-written and generated Avro encoders against fastavro, byte for byte.
+
+The codec's generated record encoders and readers, the payload encoders and the replay rows
+have their own suites (test_codec.py, test_peer_serializers.py, tests/unit/test_fast_decoder.py,
+test_replay_rows.py); this one holds the peer's Send encoder, the construction-time
+self-checks every generated encoder runs, and the reader of every flat schema.
+"""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from fastavro import schemaless_reader, schemaless_writer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidemark.log.codec import MARKER, default_codec
+from tidemark.log.fast_decoder import compile_flat_reader
+from tidemark.log.fast_encoder import compile_encoder, same_as_fastavro, sample_records
+from tidemark.peer_client.avro_fast import SendEncoder, compile_object_encoder
+
+CODEC = default_codec()
+SEND = CODEC.schema("Send")
+HEADER = MARKER + CODEC.fingerprint_of("Send")
+FLAT = [n for n in CODEC.names if list(sample_records(CODEC.schema(n)))]
+
+text = st.text(max_size=40) | st.text(min_size=8190, max_size=8200, alphabet="ab")
+blob = st.binary(max_size=300) | st.binary(min_size=8190, max_size=8200)
+longs = st.integers(-(1 << 63), (1 << 63) - 1)
+
+
+def _fastavro(schema: dict[str, Any], header: bytes, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    buf.write(header)
+    schemaless_writer(buf, schema, record)
+    return buf.getvalue()
+
+
+@settings(max_examples=300, deadline=None)
+@given(sender=st.text(max_size=30), environment=st.text(max_size=12), message_id=text,
+       recipients=st.lists(st.text(max_size=30), min_size=1, max_size=4),
+       message_type=st.text(max_size=50), payload=blob, timestamps=st.lists(longs, min_size=1,
+                                                                              max_size=4))
+def test_the_send_encoder_writes_what_fastavro_writes(
+        sender: str, environment: str, message_id: str, recipients: list[str],
+        message_type: str, payload: bytes, timestamps: list[int]) -> None:
+    enc = SendEncoder(HEADER, sender, environment, SEND)
+    for recipient in recipients:            # its caches (names, the current millisecond) too
+        for ts in timestamps + timestamps[:1]:
+            record = {"message_id": message_id, "sender": sender, "recipient": recipient,
+                      "environment": environment, "message_type": message_type,
+                      "payload": payload, "timestamp_ms": ts, "delivery_count": 0,
+                      "direct_incarnation": None}
+            assert enc.encode(message_id, recipient, message_type, payload, ts) \
+                == _fastavro(SEND, HEADER, record)
+
+
+def test_the_send_encoder_refuses_a_schema_it_does_not_write() -> None:
+    grown = {**SEND, "fields": [*SEND["fields"], {"name": "priority", "type": "int",
+                                                  "default": 0}]}
+    with pytest.raises(RuntimeError, match="update it with the schema"):
+        SendEncoder(HEADER, "A", "test", grown)
+
+
+@pytest.mark.parametrize("name", FLAT)
+def test_every_flat_schema_gets_a_self_checked_encoder_and_reader(name: str) -> None:
+    schema = CODEC.schema(name)
+    header = MARKER + CODEC.fingerprint_of(name)
+    encode = compile_encoder(schema, header)
+    read = compile_flat_reader(schema)
+    assert encode is not None and read is not None
+    for record in sample_records(schema):
+        value = _fastavro(schema, header, record)
+        assert encode(record) == value
+        assert read(value) == schemaless_reader(io.BytesIO(value[len(header):]), schema, None)
+
+
+def test_a_self_check_fails_on_an_encoder_that_disagrees_with_fastavro() -> None:
+    assert not same_as_fastavro(lambda r: b"", SEND, HEADER)
+    off_by_one = compile_encoder(SEND, HEADER)
+    assert off_by_one is not None
+    assert not same_as_fastavro(lambda r: off_by_one(r) + b"\x00", SEND, HEADER)
+    assert not same_as_fastavro(off_by_one, SEND, HEADER, fixed={"payload": "not bytes"})
+
+
+ENVELOPE = {"type": "record", "name": "Doc", "fields": [
+    {"name": "s", "type": "string"}, {"name": "b", "type": "bytes"}, {"name": "i", "type": "int"},
+    {"name": "n", "type": "long"}, {"name": "ok", "type": "boolean"},
+    {"name": "d", "type": "double"}, {"name": "f", "type": "float"},
+    {"name": "maybe", "type": ["null", "string"]}]}
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=text, b=blob, i=st.integers(-(1 << 31), (1 << 31) - 1), n=longs, ok=st.booleans(),
+       d=st.floats(allow_nan=False), f=st.floats(width=32, allow_nan=False),
+       maybe=st.none() | st.text(max_size=10))
+def test_the_payload_encoder_writes_what_fastavro_writes(**fields: Any) -> None:
+    encode = compile_object_encoder(ENVELOPE, b"")
+    assert encode is not None
+    assert encode(SimpleNamespace(**fields)) == _fastavro(ENVELOPE, b"", fields)
