@@ -121,13 +121,14 @@ def expected_queues(settings: Settings, timeout_s: float = 120.0,
                     delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
                     ) -> tuple[dict[str, set[str]], dict[int, int], int]:
     """``(unacked ids per peer, txlog end offsets, undecodable records)``: txlog read with a
-    plain consumer and folded one record at a time by the queue model
+    plain consumer and folded, in txlog order, by the queue model
     (:class:`~tidemark.log.queue_fold.QueueFold`, the job's own decisions), so it is
     independent of the job's batching, state store and output path. A record the job would
     dead-letter as poison (undecodable, another peer's, an id too long) is counted apart."""
     marks = watermarks(settings, "txlog")
     fold = QueueFold(Ttl(delivery_limit=delivery_limit))
     codec, bad = default_codec(), 0
+    pending: dict[str, list[Any]] = {}
     for msg in (m for msgs in read_to_end(settings, "txlog", timeout_s=timeout_s, marks=marks)
                 for m in msgs):
         try:
@@ -143,7 +144,9 @@ def expected_queues(settings: Settings, timeout_s: float = 120.0,
                 > MAX_ID_BYTES:
             bad += 1
             continue
-        fold.apply(peer, events_of(decoded.name, rec, msg.offset()))
+        pending.setdefault(peer, []).extend(events_of(decoded.name, rec, msg.offset()))
+    for peer, events in pending.items():  # one batch per peer: the model's result does not
+        fold.apply(peer, events)             # depend on batch bounds (test_queue_state.py)
     queues = {p: {send.message_id for send, _ in fold.queue(p)} for p in fold.peers}
     ends = {p: hi for p, (_, hi) in marks.items()}
     return {p: q for p, q in queues.items() if q}, ends, bad
