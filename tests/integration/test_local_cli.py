@@ -73,6 +73,7 @@ def test_load_counts_match_a_plain_consumer(cli_stack: Path) -> None:
     assert want == summary["sent"] + summary["acked"]
 
 
+@pytest.mark.load  # a bench (about a minute): under `make load`, beside bench catchup's test
 def test_bench_produce_prints_both_rates(cli_stack: Path) -> None:
     out = tidemark("bench", "produce", "--messages", "20000", "--rounds", "1", "--json",
                    state=cli_stack).stdout

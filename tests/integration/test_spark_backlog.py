@@ -44,7 +44,9 @@ def _ack(settings: Settings, peer: str, ids: list[str]) -> None:
     producer.flush()
 
 
-@pytest.mark.parametrize("backlog", [200_000, pytest.param(1_000_000, marks=pytest.mark.soak)])
+# a 200k backlog runs under `make load` (about 2 minutes), a 1M one under `make soak`
+@pytest.mark.parametrize("backlog", [pytest.param(200_000, marks=pytest.mark.load),
+                                     pytest.param(1_000_000, marks=pytest.mark.soak)])
 def test_backlog_of_one_peer_then_more_keeps_the_job_up(backlog: int, bootstrap: str,
                                                        tmp_path: Path) -> None:
     settings = load_settings(env={}, bootstrap=bootstrap,
