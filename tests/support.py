@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +18,13 @@ from typing import Any
 from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError
+from tidemark.log.load import generate_load
 from tidemark.log.offsets import watermarks
 from tidemark.log.queue_fold import QueueFold, events_of
 from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, MAX_ID_BYTES, Ttl
 from tidemark.log.settings import Settings
 
-__all__ = ["wait_for", "PeerScript", "handled", "ROOT", "expected_queues"]
+__all__ = ["wait_for", "PeerScript", "handled", "ROOT", "expected_queues", "BackgroundLoad"]
 
 #: The repository root (peer scripts run there, so that they import the checkout).
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +114,47 @@ def handled(record: Path) -> list[tuple[str, str, str, int]]:
         kind, inc, mid, n = line.split()
         rows.append((kind, inc, mid, int(n)))
     return rows
+
+
+class BackgroundLoad:
+    """Rounds of :func:`~tidemark.log.load.generate_load` (half of each round's Sends acked)
+    in a thread, ``pause_s`` apart, until :meth:`stop`: traffic that keeps flowing across a
+    kill. ``totals`` counts what was sent and acked; an error in the thread is kept in
+    ``errors`` for the test to report."""
+
+    def __init__(self, settings: Settings, peers: int, messages: int, pause_s: float) -> None:
+        self.settings, self.peers, self.messages, self.pause_s = settings, peers, messages, pause_s
+        self.totals = {"sent": 0, "acked": 0, "rounds": 0}
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "BackgroundLoad":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                result = generate_load(self.settings, peers=self.peers, messages=self.messages,
+                                       ack_ratio=0.5, seed=self.totals["rounds"])
+                self.totals["sent"] += result.sent
+                self.totals["acked"] += result.acked
+                self.totals["rounds"] += 1
+                self._stop.wait(self.pause_s)
+        except BaseException as exc:  # surfaced by the test
+            self.errors.append(exc)
+
+    @property
+    def running(self) -> bool:
+        """Still producing, without an error."""
+        return self._thread.is_alive() and not self.errors
+
+    def stop(self, timeout: float = 60.0) -> bool:
+        """Stop after the current round; True if it ended without an error."""
+        self._stop.set()
+        self._thread.join(timeout)
+        return not self._thread.is_alive() and not self.errors
 
 
 _KINDS = ("Send", "Ack", "AckBatch", "Purge", "DeliveryFailed")  # what the job applies

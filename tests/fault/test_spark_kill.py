@@ -7,13 +7,11 @@ and ``status`` are exercised as ``tidemark local kill spark`` / ``local status``
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
-from tests.support import expected_queues, wait_for
-from tidemark.log.load import generate_load
+from tests.support import BackgroundLoad, expected_queues, wait_for
 from tidemark.log.topics import ensure_topics
 from tidemark.spark_streaming.depth import ProgressTracker, read_queues, wait_for_progress
 from tidemark.stack.launcher import LocalStack
@@ -49,24 +47,7 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     assert spec.kind == "spark" and str(stack.state_dir) in " ".join(spec.argv)
     stack.ensure(spec, timeout_s=300)  # returns once the query runs (its ready file)
     assert Path(spec.ready_file or "").exists()
-    totals = {"sent": 0, "acked": 0, "rounds": 0}
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            while not stop.is_set():
-                result = generate_load(settings, peers=30, messages=1500, ack_ratio=0.5,
-                                       seed=totals["rounds"])
-                totals["sent"] += result.sent
-                totals["acked"] += result.acked
-                totals["rounds"] += 1
-                stop.wait(1.0)  # pacing: keep the stream flowing across the kill
-        except BaseException as exc:  # surfaced by the main thread
-            errors.append(exc)
-
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
+    load = BackgroundLoad(settings, peers=30, messages=1500, pause_s=1.0).start()  # across the kill
     tracker = ProgressTracker(settings)
     _progress = tracker.poll
     wait_for(lambda: sum(_progress().values()) > 0, timeout=120,
@@ -74,7 +55,7 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     checkpoint = Path(spec.argv[spec.argv.index("--checkpoint") + 1])
     wait_for(lambda: _batch_in_flight(checkpoint), timeout=60, interval=0.05,
              what="a micro-batch in flight")
-    assert producer.is_alive() and not errors, errors
+    assert load.running, load.errors
     stack.kill("spark")  # in the middle of a batch: its rows may be partly written
     wait_for(lambda: stack.status()["spark"]["up"] is False, timeout=20,
              what="`local status` to report the killed job down")
@@ -83,15 +64,14 @@ def test_sigkill_mid_stream_then_restart_converges(stack: LocalStack) -> None:
     assert stack.status()["spark"]["up"] is True
     wait_for(lambda: any(o > killed_at.get(p, 0) for p, o in _progress().items()),
              timeout=180, what="progress past the kill point after the restart")
-    stop.set()
-    producer.join(60)
-    assert not producer.is_alive() and not errors, errors
+    load_ok = load.stop()
+    assert load_ok, load.errors
     tracker.close()
     wait_for_progress(settings, 240)
     expected, ends, bad = expected_queues(settings)
     view = read_queues(settings)
     assert bad == 0
     assert view.queues == expected  # nothing missing, nothing stale
-    assert view.total == totals["sent"] - totals["acked"]
+    assert view.total == load.totals["sent"] - load.totals["acked"]
     assert all(view.progress[p] >= killed_at.get(p, 0) for p in view.progress)
     assert view.covers({p: e for p, e in ends.items() if e})

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import expected_queues, wait_for
-from tidemark.log.load import generate_load
+from tests.support import BackgroundLoad, expected_queues, wait_for
 from tidemark.log.offsets import end_offsets
 from tidemark.log.topics import ensure_topics
 from tidemark.spark_streaming.depth import ProgressTracker, read_queues
@@ -134,24 +132,7 @@ def test_python_worker_kill_under_traffic_recovers_in_process(stack: LocalStack)
         return is_alive(job_pid, stack.marker)
 
     assert (read_status(status_file) or {}).get("restarts") == 0, log_tail()
-    totals = {"sent": 0, "acked": 0, "rounds": 0}
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def produce() -> None:  # ~300 Sends/s (half of them acked) until stopped
-        try:
-            while not stop.is_set():
-                result = generate_load(settings, peers=25, messages=150, ack_ratio=0.5,
-                                       seed=totals["rounds"])
-                totals["sent"] += result.sent
-                totals["acked"] += result.acked
-                totals["rounds"] += 1
-                stop.wait(0.3)
-        except BaseException as exc:  # surfaced by the main thread
-            errors.append(exc)
-
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
+    load = BackgroundLoad(settings, peers=25, messages=150, pause_s=0.3).start()  # ~300 Sends/s
     tracker = ProgressTracker(settings)
     try:
         seen: list[tuple[float, dict[int, int]]] = []
@@ -166,7 +147,7 @@ def test_python_worker_kill_under_traffic_recovers_in_process(stack: LocalStack)
         batch_s = max(b[0] - a[0] for a, b in zip(seen, seen[1:], strict=False))
         budget = max(RECOVERY_S, 3 * batch_s)  # RECOVERY_S unless the machine is saturated
         wait_for(lambda: python_workers(job_pid), timeout=60, what="the job's Python workers")
-        assert producer.is_alive() and not errors, errors
+        assert load.running, load.errors
 
         killed: list[int] = []
         rounds, killed_at, at_kill = 0, time.monotonic(), dict(tracker.poll())
@@ -195,10 +176,9 @@ def test_python_worker_kill_under_traffic_recovers_in_process(stack: LocalStack)
         assert job_alive(), f"the job process exited after the kill:\n{log_tail()}"
         assert _moved(tracker, at_kill), log_tail()
     finally:
-        stop.set()
-        producer.join(60)
+        load_ok = load.stop()
         tracker.close()
-    assert not producer.is_alive() and not errors, errors
+    assert load_ok, load.errors
 
     # Once traffic stops, progress covers txlog's end, and the queues equal the model.
     ends, stopped_at = end_offsets(settings, "txlog"), time.monotonic()
@@ -221,11 +201,11 @@ def test_python_worker_kill_under_traffic_recovers_in_process(stack: LocalStack)
     view = read_queues(settings)
     assert bad == 0
     assert view.queues == expected  # nothing missing, nothing stale
-    assert view.total == totals["sent"] - totals["acked"]
+    assert view.total == load.totals["sent"] - load.totals["acked"]
     assert view.covers({p: e for p, e in final_ends.items() if e})
     print(f"\nkilled {len(killed)} Python worker process(es) in {rounds} round(s); the query"
           f" restarted {restarts}x and progressed {recovered_s:.1f}s after the kill (budget"
           f" {budget:.0f}s; batches took up to {batch_s:.1f}s before it), covered"
           f" txlog's end {caught_up_s:.1f}s after the traffic stopped;"
-          f" {totals['sent']} sends, {totals['acked']} acks; last error:"
+          f" {load.totals['sent']} sends, {load.totals['acked']} acks; last error:"
           f" {supervisor['last_error'][:160]}")
