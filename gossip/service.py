@@ -9,6 +9,7 @@ and peers call it through :class:`ReplicaClient` (peers: :meth:`ReplicaClient.re
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import random
@@ -16,11 +17,13 @@ import struct
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from itertools import chain
 from typing import Any
 
 import grpc
 
+from tidemark.gossip.access import admit
 from tidemark.gossip.cluster_auth import (
     CLUSTER_METHODS,
     PEER_METHODS,
@@ -36,19 +39,23 @@ from tidemark.gossip.exceptions import (
     GossipError,
     NodeUnreachableError,
     PeerAuthError,
+    PeerForbiddenError,
     ReplayError,
     ReplayInterruptedError,
     ReplicaBusyError,
 )
+from tidemark.gossip.limits import CallLimits
 from tidemark.gossip.node_state import NodeState
 from tidemark.gossip.peer_auth import (
     TOKEN_KEY,
+    PeerClaims,
     authorize_peer,
     configured_token,
     issue_token,
     local_stack_token,
     serving_as,
 )
+from tidemark.gossip.pki import Identity, PkiError
 from tidemark.gossip.replay import (
     DEFAULT_BATCH,
     DEFAULT_WINDOW,
@@ -56,13 +63,14 @@ from tidemark.gossip.replay import (
     ReplayStream,
     request_peer,
 )
+from tidemark.gossip.tls import Transport
 from tidemark.log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
            "unpack_records", "gossip_round", "fetch_status",
            "MAX_MESSAGE_BYTES", "StreamHandler", "ReplayStream", "CLUSTER_METHODS",
            "PEER_METHODS", "WAIT_METHODS", "register_cluster_secret", "sign_request",
-           "verify_request"]
+           "verify_request", "serving_identity"]
 
 #: A streaming method: (request messages, context) -> response messages.
 StreamHandler = Callable[[Iterator[bytes], grpc.ServicerContext], Iterable[bytes]]
@@ -113,17 +121,36 @@ class ReplicaClient:
     (a member: it loaded the cluster file), one it issues for the peer itself, else one
     issued with the secret of the local stack of ``TIDEMARK_STATE_DIR``, if any."""
 
-    def __init__(self, secret: str | bytes | None = None) -> None:
+    def __init__(self, secret: str | bytes | None = None,
+                 transport: Transport | None = None) -> None:
         self._secret = secret_key(secret) if secret else None
+        self._transport = transport
         self._channels: dict[str, grpc.Channel] = {}
+        self._nodes: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def know(self, nodes: Mapping[str, str]) -> None:
+        """Expect node ``id`` at ``address`` (``{id: address}``): over TLS, a call to that
+        address then fails unless the server proves it is that node (any node otherwise)."""
+        with self._lock:
+            for node, address in nodes.items():
+                if self._nodes.get(address) != node:
+                    self._nodes[address] = node
+                    old = self._channels.pop(address, None)
+                    if old is not None:
+                        old.close()
 
     def _channel(self, address: str) -> grpc.Channel:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = grpc.insecure_channel(address,
-                                                                           options=_OPTIONS)
+                if self._transport is None:
+                    channel = grpc.insecure_channel(address, options=_OPTIONS)
+                else:
+                    node = self._nodes.get(address)
+                    expect: Identity | str = Identity("node", node) if node else "node"
+                    channel = self._transport.channel(address, expect, _OPTIONS)
+                self._channels[address] = channel
             return channel
 
     def call(self, address: str, name: str, body: bytes, timeout: float = 2.0,
@@ -224,6 +251,7 @@ class ReplicaClient:
                    and n not in counting]
         random.shuffle(counting)
         errors: list[str] = []
+        self.know(epoch.nodes)
         for node in counting + joining:
             try:
                 return self.replay(epoch.nodes[node], peer_id, environment, node=node,
@@ -255,8 +283,23 @@ def _token(context: grpc.ServicerContext) -> str | None:
     return token if isinstance(token, str) else None
 
 
+def _first_message(requests: Iterator[bytes], context: grpc.ServicerContext,
+                   seconds: float) -> Iterator[bytes]:
+    """``requests`` with its first message read now, within ``seconds``: a caller that opens a
+    stream and says nothing is cancelled instead of holding a thread."""
+    timer = threading.Timer(seconds, context.cancel)
+    timer.daemon = True
+    timer.start()
+    try:
+        first = next(requests, None)
+    finally:
+        timer.cancel()
+    return chain([] if first is None else [first], requests)
+
+
 def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None,
-                 environment: str | None = None) -> grpc.RpcMethodHandler:
+                 environment: str | None = None,
+                 limits: CallLimits | None = None) -> grpc.RpcMethodHandler:
     """A stream-stream handler whose :class:`ReplayError` ends the call with the error's
     status code, its message, and its class name in trailing metadata. With ``secret`` and
     ``environment``, a :data:`PEER_METHODS` stream needs a peer token of ``environment``
@@ -266,18 +309,14 @@ def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None
     guarded = bool(secret) and bool(environment) and name in PEER_METHODS
     for_peers = bool(secret) and bool(environment) and name in WAIT_METHODS
 
+    limits = limits or CallLimits(8)
+    peer_facing = name in _TOKEN_METHODS
+
     def handle(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
         try:
-            if guarded:
-                assert secret and environment
-                first = next(requests, None)  # names the peer (None: fn refuses the request)
-                authorize_peer(secret, _token(context), environment, request_peer(first),
-                               what=name)
-                requests = chain([] if first is None else [first], requests)
-            elif for_peers:  # any peer of the environment (a durability watch)
-                assert secret and environment
-                authorize_peer(secret, _token(context), environment, what=name)
-            yield from fn(requests, context)
+            with limits.peer_call(_token(context), True) if peer_facing else nullcontext():
+                requests = _first_message(requests, context, limits.first_message_s)
+                yield from guarded_stream(requests, context)
         except ReplayError as exc:
             log.warning("%s refused or failed: %s", name, exc)
             context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
@@ -286,13 +325,27 @@ def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None
             if context.is_active():
                 log.warning("%s failed: %s", name, exc)
                 context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+
+    def guarded_stream(requests: Iterator[bytes],
+                       context: grpc.ServicerContext) -> Iterator[bytes]:
+        if guarded:
+            assert secret and environment
+            first = next(requests, None)  # names the peer (None: fn refuses the request)
+            authorize_peer(secret, _token(context), environment, request_peer(first),
+                           what=name)
+            requests = chain([] if first is None else [first], requests)
+        elif for_peers:  # any peer of the environment (a durability watch)
+            assert secret and environment
+            authorize_peer(secret, _token(context), environment, what=name)
+        yield from fn(requests, context)
     return grpc.stream_stream_rpc_method_handler(handle)
 
 
 def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                  workers: int = 8, streams: Mapping[str, StreamHandler] | None = None,
                  secret: str | bytes | None = None,
-                 environment: str | None = None) -> grpc.Server:
+                 environment: str | None = None,
+                 transport: Transport | None = None) -> grpc.Server:
     """Serve ``handlers`` (method name -> bytes handler) and ``streams`` (method name ->
     bidirectional-stream handler, e.g. ``Replay``) on ``address``. A stream holds one of
     the ``workers`` threads for as long as it runs. With ``secret``, calls to
@@ -300,7 +353,14 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     ``environment`` too, calls to :data:`PEER_METHODS` and :data:`WAIT_METHODS` need a peer
     token of ``environment`` (or, unary ones, a member's signature); the handler runs as the
     token's peer (:func:`tidemark.gossip.peer_auth.serving_peer`), and a :class:`PeerAuthError` it
-    raises ends the call with that error's status."""
+    raises ends the call with that error's status.
+    With a secure ``transport`` (mutual TLS) the caller's certificate decides instead, before
+    any byte of the request is read (:func:`tidemark.gossip.access.admit`); the handler runs as
+    the caller (:func:`serving_identity`)."""
+    limits = CallLimits(workers)
+    if transport is not None and transport.secure:
+        return _start_tls_server(address, handlers, streams or {}, environment or "",
+                                 transport, limits)
     peer_auth = bool(secret) and bool(environment)
 
     def authorize(name: str, request: bytes, context: grpc.ServicerContext) -> Any:
@@ -324,7 +384,9 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                     log.warning("refused %s from %s: %s", name, context.peer(), why)
                     context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
             try:
-                with serving_as(authorize(name, request, context) if for_peers else None):
+                with (limits.peer_call(None, False) if name in _TOKEN_METHODS
+                      else nullcontext(),
+                      serving_as(authorize(name, request, context) if for_peers else None)):
                     return fn(request)
             except PeerAuthError as exc:
                 log.warning("refused %s from %s: %s", name, context.peer(), exc)
@@ -339,14 +401,108 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     server = grpc.server(ThreadPoolExecutor(max_workers=workers),
                          options=[("grpc.so_reuseport", 0), *_OPTIONS])
     methods = {name: wrap(fn, name) for name, fn in handlers.items()}
-    methods.update({name: _wrap_stream(name, fn, secret, environment)
+    methods.update({name: _wrap_stream(name, fn, secret, environment, limits)
                     for name, fn in (streams or {}).items()})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
-    try:
-        port = server.add_insecure_port(address)
-    except RuntimeError:
-        port = 0
+    if transport is not None:
+        port = transport.listen(server, address)
+    else:
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError:
+            port = 0
     if not port:
+        raise GossipError(f"cannot listen on {address} (in use or not a local address)")
+    server.start()
+    return server
+
+
+_CALLER: contextvars.ContextVar[Identity | None] = contextvars.ContextVar(
+    "tidemark_caller", default=None)
+
+
+def serving_identity() -> Identity | None:
+    """The certificate identity of the caller of the gRPC call this thread serves (None on an
+    insecure transport and for the node's own work)."""
+    return _CALLER.get()
+
+
+def _refuse(context: grpc.ServicerContext, name: str, exc: Exception) -> None:
+    status = getattr(exc, "status", "UNAUTHENTICATED")
+    log.warning("refused %s from %s: %s", name, context.peer(), exc)
+    context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+    context.abort(grpc.StatusCode[status], str(exc)[:1000])
+
+
+def _start_tls_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
+                      streams: Mapping[str, StreamHandler], environment: str,
+                      transport: Transport, limits: CallLimits) -> grpc.Server:
+    """:func:`start_server` over mutual TLS: every call is admitted from its certificate."""
+    def enter(name: str, context: grpc.ServicerContext) -> tuple[Identity, PeerClaims | None]:
+        try:
+            caller = transport.caller(context)
+            return caller, admit(name, caller, environment)  # type: ignore[return-value]
+        except PkiError as exc:
+            raise PeerAuthError(f"{name} refused: {exc}") from None
+
+    def unary(fn: Callable[[bytes], bytes], name: str) -> grpc.RpcMethodHandler:
+        def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                caller, claims = enter(name, context)
+                token = _CALLER.set(caller)
+                try:
+                    with (limits.peer_call(None, False) if claims else nullcontext(),
+                          serving_as(claims)):
+                        return fn(request)
+                finally:
+                    _CALLER.reset(token)
+            except PeerAuthError as exc:
+                _refuse(context, name, exc)
+                raise  # unreachable: abort raises
+            except Exception as exc:  # report, never kill the server thread
+                log.warning("rpc failed: %s", exc)
+                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+                raise  # unreachable: abort raises
+        return grpc.unary_unary_rpc_method_handler(handle)
+
+    def stream(fn: StreamHandler, name: str) -> grpc.RpcMethodHandler:
+        def handle(requests: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+            try:
+                caller, claims = enter(name, context)
+                with limits.peer_call(caller.uri, True) if claims else nullcontext():
+                    requests = _first_message(requests, context, limits.first_message_s)
+                    if claims is not None and name in PEER_METHODS:  # its own queue only
+                        first = next(requests, None)
+                        asked = request_peer(first)
+                        if asked is not None and asked != claims.peer:
+                            raise PeerForbiddenError(
+                                f"{name} refused: peer {claims.peer!r} may not act on the"
+                                f" queue of {asked!r}")
+                        requests = chain([] if first is None else [first], requests)
+                    token = _CALLER.set(caller)
+                    try:
+                        with serving_as(claims):
+                            yield from fn(requests, context)
+                    finally:
+                        _CALLER.reset(token)
+            except PeerAuthError as exc:
+                _refuse(context, name, exc)
+            except ReplayError as exc:
+                log.warning("%s refused or failed: %s", name, exc)
+                context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+                context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
+            except Exception as exc:  # report, never kill the server thread
+                if context.is_active():
+                    log.warning("%s failed: %s", name, exc)
+                    context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+        return grpc.stream_stream_rpc_method_handler(handle)
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=limits.workers),
+                         options=[("grpc.so_reuseport", 0), *_OPTIONS])
+    methods = {name: unary(fn, name) for name, fn in handlers.items()}
+    methods.update({name: stream(fn, name) for name, fn in streams.items()})
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    if not transport.listen(server, address):
         raise GossipError(f"cannot listen on {address} (in use or not a local address)")
     server.start()
     return server
@@ -362,23 +518,30 @@ def gossip_round(client: ReplicaClient, mine: bytes, addresses: Mapping[str, str
         try:
             reply = client.call(address, "Gossip", mine, timeout)
             if on_state is not None:
-                on_state(NodeState.decode(reply))
+                state = NodeState.decode(reply)
+                if state.node_id != node:  # only a node speaks for itself, replies included
+                    log.warning("gossip reply from %s at %s speaks for %s: dropped", node,
+                                address, state.node_id)
+                    return False
+                on_state(state)
             return True
         except grpc.RpcError as exc:
             log.debug("gossip to %s at %s failed: %s", node, address, exc.code())
         except Exception as exc:  # a bad reply must not stop gossip with the others
             log.warning("gossip reply from %s unusable: %s", node, exc)
         return False
+    client.know(addresses)
     futures = {n: pool.submit(one, n, a) for n, a in addresses.items()}
     return {n: f.result() for n, f in futures.items()}
 
 
 def fetch_status(addresses: Iterable[str], timeout: float = 5.0,
-                 secret: str | bytes | None = None) -> dict[str, Any]:
+                 secret: str | bytes | None = None,
+                 transport: Transport | None = None) -> dict[str, Any]:
     """The status document of the first node that answers; raises :class:`GossipError`
     naming every address that did not. Signed with ``secret``, else with the secret of the
     cluster file that named the address (see :class:`ReplicaClient`)."""
-    client, errors = ReplicaClient(secret), []
+    client, errors = ReplicaClient(secret, transport), []
     try:
         for address in addresses:
             try:

@@ -154,6 +154,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics_host", "TIDEMARK_METRICS_HOST", "str", "127.0.0.1",
             "address replica nodes serve Prometheus metrics on (0.0.0.0 in containers)"),
     # peers
+    # transport security (every gRPC channel is mutual TLS)
+    Setting("tls_ca", "TIDEMARK_TLS_CA", "path", None,
+            "PEM bundle of the CAs this process trusts (`tidemark ca issue` writes trust.pem)"),
+    Setting("tls_cert", "TIDEMARK_TLS_CERT", "path", None,
+            "this process's certificate (its identity: node, peer or operator)"),
+    Setting("tls_key", "TIDEMARK_TLS_KEY", "path", None, "the private key of TIDEMARK_TLS_CERT"),
+    Setting("tls_crl", "TIDEMARK_TLS_CRL", "path", None,
+            "the CA's revocation list (crl.pem); revoked callers are refused"),
+    Setting("tls_issuer", "TIDEMARK_TLS_ISSUER", "path", None,
+            "a CA folder from which each process issues itself a short-lived certificate of"
+            " its own identity (development and tests; default: the local stack's <state>/pki)"),
+    Setting("insecure", "TIDEMARK_INSECURE", "bool", False,
+            "development only: plaintext gRPC, no caller identity (a warning at every start)"),
     Setting("peer_token", "TIDEMARK_PEER_TOKEN", "str", "",
             "a peer's credential for replay and pins (`tidemark peer token PEER`)"),
     Setting("peer_token_file", "TIDEMARK_PEER_TOKEN_FILE", "path", None,

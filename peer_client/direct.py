@@ -4,6 +4,10 @@
 single-object bytes from ``schemas/`` (an empty batch is a ping). ``/tidemark.Peer/Status``
 takes ``{"environment": E}`` (JSON) and answers the peer's :meth:`Peer.status` document as
 JSON (``tidemark peer status``); another environment is refused (PERMISSION_DENIED).
+Over mutual TLS (the default, see :mod:`tidemark.gossip.tls`) the caller is its certificate:
+``Deliver`` hands the handler the calling peer's identity, which must be a peer of this
+environment (the handler then checks the batch's sender is that peer), and ``Status`` answers
+only peers of this environment and operators, and says nothing to anyone else.
 Like the replica service it uses raw-bytes generic handlers instead of a ``.proto``: Avro
 stays the project's only schema language, no protoc step is needed at build time, and the
 batch carries the same fields as the Send record it mirrors.
@@ -20,11 +24,14 @@ from typing import Any
 
 import grpc
 
+from tidemark.gossip.pki import Identity, PkiError
+from tidemark.gossip.tls import Transport
 from tidemark.peer_client.exceptions import PeerClientError, PeerUnreachableError
 from tidemark.peer_client.ports import DirectCallback
 from tidemark.peer_client.records import peer_codec
 
-__all__ = ["SERVICE", "DELIVER", "STATUS", "DirectServer", "DirectClient", "peer_status"]
+__all__ = ["SERVICE", "DELIVER", "STATUS", "DirectServer", "DirectClient", "peer_status",
+           "DeliverHandler", "caller_of", "batch_recipient"]
 
 log = logging.getLogger("peer_client.direct")
 SERVICE = "tidemark.Peer"
@@ -32,15 +39,65 @@ DELIVER = f"/{SERVICE}/Deliver"
 STATUS = f"/{SERVICE}/Status"
 _OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
             ("grpc.max_send_message_length", 64 << 20)]
+#: What ``Deliver``'s handler gets: the batch and the calling peer (None: insecure transport).
+DeliverHandler = Callable[[bytes, "Identity | None"], bytes]
+
+
+def _insecure() -> Transport:
+    return Transport(Identity("operator", "insecure"), None)
+
+
+def caller_of(transport: Transport, context: grpc.ServicerContext, environment: str,
+              operators: bool) -> Identity | None:
+    """The calling peer (or operator, if ``operators``) of this environment; aborts the call
+    with UNAUTHENTICATED / PERMISSION_DENIED otherwise. None on an insecure transport."""
+    try:
+        caller = transport.caller(context)
+    except PkiError as exc:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        raise  # unreachable: abort raises
+    if caller is None:
+        return None
+    if caller.kind == "peer" and caller.environment == environment and environment:
+        return caller
+    if operators and caller.kind == "operator":
+        return caller
+    log.warning("refused a call from %s", caller)
+    context.abort(grpc.StatusCode.PERMISSION_DENIED, "refused")
+    raise AssertionError("unreachable")  # abort raises
+
+
+def batch_recipient(batch: bytes) -> str:
+    """The ``recipient`` of an encoded DirectBatch (its third field), read without decoding
+    the messages."""
+    pos = 10  # the single-object header
+    for field in range(3):
+        n, shift = 0, 0
+        while True:
+            b = batch[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        n = (n >> 1) ^ -(n & 1)
+        if field == 2:
+            return batch[pos:pos + n].decode()
+        pos += n
+    raise AssertionError("unreachable")
 
 
 class DirectServer:
-    """Serves ``Deliver`` with ``handler(bytes) -> bytes`` on ``bind`` (port 0: any free)."""
+    """Serves ``Deliver`` with ``handler(batch, caller) -> receipt`` on ``bind`` (port 0: any
+    free), over ``transport`` (mutual TLS unless it is insecure)."""
 
-    def __init__(self, bind: str, handler: Callable[[bytes], bytes], workers: int = 4,
+    def __init__(self, bind: str, handler: DeliverHandler, workers: int = 4,
                  status: Callable[[], dict[str, Any]] | None = None,
-                 environment: str = "") -> None:
+                 environment: str = "", transport: Transport | None = None) -> None:
+        transport = transport or _insecure()
+
         def status_of(request: bytes, context: grpc.ServicerContext) -> bytes:
+            caller_of(transport, context, environment, operators=True)
             try:
                 asked = str(json.loads(request or b"{}").get("environment", ""))
             except (ValueError, AttributeError):
@@ -51,8 +108,9 @@ class DirectServer:
             return json.dumps(status() if status is not None else {}, default=str).encode()
 
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            caller = caller_of(transport, context, environment, operators=False)
             try:
-                return handler(request)
+                return handler(request, caller)
             except Exception as exc:  # noqa: BLE001 - answer, never kill the server thread
                 log.warning("Deliver failed: %s", exc)
                 context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
@@ -63,10 +121,7 @@ class DirectServer:
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             SERVICE, {"Deliver": grpc.unary_unary_rpc_method_handler(handle),
                       "Status": grpc.unary_unary_rpc_method_handler(status_of)}),))
-        try:
-            port = self._server.add_insecure_port(bind)
-        except RuntimeError:
-            port = 0
+        port = transport.listen(self._server, bind)
         if not port:
             raise PeerClientError(f"cannot listen on {bind} (in use or not a local address)")
         host = bind.rpartition(":")[0] or "127.0.0.1"
@@ -82,23 +137,31 @@ class DirectServer:
 class DirectClient:
     """Calls ``Deliver`` on other peers; one cached channel per endpoint."""
 
-    def __init__(self, timeout_ms: int) -> None:
+    def __init__(self, timeout_ms: int, transport: Transport | None = None) -> None:
         self.timeout = timeout_ms / 1000
-        self._channels: dict[str, Any] = {}
+        self._transport = transport or _insecure()
+        self._channels: dict[tuple[str, str | None], Any] = {}
         self._lock = threading.Lock()
         self._codec = peer_codec()
 
-    def _stub(self, endpoint: str) -> Any:
+    def _stub(self, endpoint: str, recipient: str | None = None) -> Any:
+        key = (endpoint, recipient)
         with self._lock:
-            stub = self._channels.get(endpoint)
-            if stub is None:
-                channel = grpc.insecure_channel(endpoint, options=_OPTIONS)
-                stub = self._channels[endpoint] = (channel, channel.unary_unary(DELIVER))
+            stub = self._channels.get(key)
+            if stub is None:  # over TLS the server must prove it is that recipient
+                me = self._transport.identity
+                expect: Identity | str = (Identity("peer", recipient, me.environment)
+                                          if recipient and me.kind == "peer" else "peer")
+                channel = self._transport.channel(endpoint, expect, _OPTIONS)
+                stub = self._channels[key] = (channel, channel.unary_unary(DELIVER))
         return stub[1]
 
     def deliver(self, endpoint: str, batch: bytes, done: DirectCallback) -> None:
-        """Send an encoded DirectBatch; ``done(receipt, None)`` or ``done(None, error)``."""
-        future = self._stub(endpoint).future(batch, timeout=self.timeout)
+        """Send an encoded DirectBatch; ``done(receipt, None)`` or ``done(None, error)``.
+        Over TLS only the batch's recipient can answer: a process holding another
+        certificate at ``endpoint`` fails the handshake (the messages then go by the log)."""
+        recipient = batch_recipient(batch) if self._transport.secure else None
+        future = self._stub(endpoint, recipient).future(batch, timeout=self.timeout)
 
         def finished(fut: Any) -> None:
             try:
@@ -134,10 +197,14 @@ class DirectClient:
             self._channels.clear()
 
 
-def peer_status(endpoint: str, environment: str, timeout: float = 5.0) -> dict[str, Any]:
+def peer_status(endpoint: str, environment: str, timeout: float = 5.0,
+                transport: Transport | None = None, peer_id: str | None = None
+                ) -> dict[str, Any]:
     """The status document of the peer serving ``endpoint`` (``Peer.status()``); raises
-    :class:`PeerUnreachableError` with the gRPC code (PERMISSION_DENIED: another environment)."""
-    channel = grpc.insecure_channel(endpoint, options=_OPTIONS)
+    :class:`PeerUnreachableError` with the gRPC code (PERMISSION_DENIED: another environment
+    or not an operator)."""
+    expect: Identity | str = Identity("peer", peer_id, environment) if peer_id else "peer"
+    channel = (transport or _insecure()).channel(endpoint, expect, _OPTIONS)
     try:
         data = channel.unary_unary(STATUS)(json.dumps({"environment": environment}).encode(),
                                            timeout=timeout)

@@ -82,7 +82,7 @@ def _entry(settings: Settings, peer_id: str, env: str, timeout_s: float) -> Peer
 
 
 def peer_status(settings: Settings, peer_id: str, environment: str | None = None,
-                timeout_s: float = 60.0) -> dict[str, Any]:
+                timeout_s: float = 60.0, transport: Any = None) -> dict[str, Any]:
     """A running peer's own status (phase, incarnation, replayed, forwarded, replay and
     handover durations, counters), asked over its gRPC endpoint from the directory.
     Raises :class:`PeerUnreachableError` if it does not answer (down, or gone)."""
@@ -94,7 +94,7 @@ def peer_status(settings: Settings, peer_id: str, environment: str | None = None
     if not entry.endpoint:
         raise PeerUnreachableError(f"peer {peer_id} has no endpoint in the directory")
     try:
-        doc = ask(entry.endpoint, env)
+        doc = ask(entry.endpoint, env, transport=transport, peer_id=peer_id)
     except PeerUnreachableError as exc:
         state = "registered up" if entry.up else "registered down"
         raise PeerUnreachableError(f"peer {peer_id} ({state}, last heartbeat {age} s ago)"

@@ -4,6 +4,10 @@
 confluent-kafka-python fixture pattern). Otherwise one 3-broker KRaft cluster is started for
 the whole session by the project's own launcher in a temporary state folder and stopped at
 the end. Tests that kill brokers use ``private_stack`` instead so they never disturb others.
+
+Every gRPC channel is mutual TLS, as in production: the session has one certificate authority
+(``TIDEMARK_TLS_ISSUER``), from which each peer, node and CLI process of the tests issues itself
+a certificate of its own identity.
 """
 
 from __future__ import annotations
@@ -15,9 +19,26 @@ from pathlib import Path
 
 import pytest
 
+from tidemark.gossip.pki import init_ca
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import ensure_topics
 from tidemark.stack.launcher import LocalStack
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tls_issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's CA; every process the tests start inherits it."""
+    folder = tmp_path_factory.mktemp("tls") / "pki"
+    init_ca(folder, name="tidemark tests")
+    saved = {k: os.environ.pop(k, None) for k in ("TIDEMARK_INSECURE", "TIDEMARK_TLS_ISSUER")}
+    os.environ["TIDEMARK_TLS_ISSUER"] = str(folder)
+    try:
+        yield folder
+    finally:
+        os.environ.pop("TIDEMARK_TLS_ISSUER", None)
+        for key, value in saved.items():
+            if value is not None:
+                os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ __all__ = ["main", "build_parser"]
 #: Command modules of :mod:`tidemark.commands`, in help order. They are imported when the
 #: parser is built: the peer library alone (``pip install tidemark``) does not install what
 #: the replica and queues commands import, and the command says so in one line.
-COMMANDS = ("local", "txlog", "replica", "cluster", "queues", "deadletter", "peer", "demo")
+COMMANDS = ("local", "txlog", "replica", "cluster", "queues", "deadletter", "peer", "ca", "demo")
 #: What the extras install, by import name: a missing one is a missing extra, not a bug.
 EXTRAS = {"plyvel": "replica", "pyspark": "spark", "pandas": "spark", "pyarrow": "spark"}
 

@@ -10,6 +10,7 @@ from tidemark.options import (
     add_settings_args,
     cluster_file,
     env_flag,
+    operator_transport,
     print_json,
     progress,
     settings_from_args,
@@ -51,7 +52,8 @@ def _list(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from tidemark.peer_client.operator import peer_status
-    doc = peer_status(settings_from_args(args), args.peer_id, args.environment)
+    doc = peer_status(settings_from_args(args), args.peer_id, args.environment,
+                      transport=operator_transport())
     if args.json:
         print_json(doc)
         return 0
@@ -107,12 +109,11 @@ def _duration(text: str) -> int:
 def _token(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from tidemark.gossip.pki import write_private
     from tidemark.stack.replicas import peer_token
     token = peer_token(Path(cluster_file(args)), args.peer_id, args.environment, args.ttl)
-    if args.write:
-        path = Path(args.write)
-        path.touch(mode=0o600)
-        path.write_text(token + "\n")
+    if args.write:  # 0600, an existing file tightened
+        write_private(Path(args.write), (token + "\n").encode())
     print(token)
     return 0
 

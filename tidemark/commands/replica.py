@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tidemark.options import cluster_file, env_flag, progress
+from tidemark.options import cluster_file, env_flag, operator_transport, progress
 
 __all__ = ["register"]
 
@@ -31,7 +31,7 @@ def _status(args: argparse.Namespace) -> int:
     else:
         from tidemark.replica.config import load_cluster_file
         addresses = [n.address for n in load_cluster_file(cluster_file(args)).nodes.values()]
-    doc = fetch_status(addresses, timeout=args.timeout)
+    doc = fetch_status(addresses, timeout=args.timeout, transport=operator_transport())
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
     return 0
 

@@ -56,8 +56,9 @@ def _depths(settings: Settings) -> dict[str, Any]:
 
 def _replica_status(addresses: list[str]) -> dict[str, Any]:
     from tidemark.gossip.service import fetch_status
+    from tidemark.options import operator_transport
     try:
-        return fetch_status(addresses, timeout=5.0)
+        return fetch_status(addresses, timeout=5.0, transport=operator_transport())
     except TidemarkError as exc:
         return {"error": str(exc)}
 

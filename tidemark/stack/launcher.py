@@ -30,6 +30,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from tidemark.gossip.pki import init_ca, write_private
+from tidemark.gossip.tls import local_pki_dir
 from tidemark.log import jvm, registry
 from tidemark.log.exceptions import ClusterLaunchError
 from tidemark.log.settings import Settings, default_state_dir, load_settings
@@ -99,7 +101,7 @@ class LocalStack:
     def _save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=2, sort_keys=True))
+        write_private(tmp, json.dumps(self.state, indent=2, sort_keys=True).encode())
         tmp.replace(self.state_file)
 
     @property
@@ -238,8 +240,14 @@ class LocalStack:
            sasl: bool = False) -> dict:
         """Start what is missing, wait until the cluster serves, create the topics. With
         ``sasl``, new brokers listen with SASL_PLAINTEXT SCRAM-SHA-256 only (an existing
-        stack keeps how it was made)."""
+        stack keeps how it was made). The state folder is private (0700) and holds the
+        stack's certificate authority (``pki/``), from which every process of the stack
+        issues itself a certificate (mutual TLS on every gRPC channel)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        if not (local_pki_dir(self.state_dir) / "trust.pem").is_file():
+            init_ca(local_pki_dir(self.state_dir), name="tidemark local stack")
+            progress(f"created the local CA in {local_pki_dir(self.state_dir)}")
         external = registry.env_value("bootstrap")
         if external and not self.processes("broker"):
             self.state["bootstrap"] = external

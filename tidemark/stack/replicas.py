@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tidemark.gossip.peer_auth import LOCAL_CLUSTER_FILE, issue_token
+from tidemark.gossip.pki import write_private
 from tidemark.replica.config import NodeSpec, PartitionSpec, load_cluster_file, render_cluster_file
 from tidemark.replica.exceptions import ClusterConfigError
 from tidemark.stack.launcher import LocalStack, ProcessSpec
@@ -46,9 +47,8 @@ def write_cluster_file(path: Path, kafka: dict, layout: str, log_partitions: int
     nodes = [NodeSpec(n, f"127.0.0.1:{ports[2 * i]}", ports[2 * i + 1]) for i, n in enumerate(ids)]
     parts = [PartitionSpec(f"p{i}", tuple(k for k in range(log_partitions) if k % n_parts == i),
                            tuple(f"p{i}r{j}" for j in range(n_reps))) for i in range(n_parts)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_cluster_file(kafka, "replicas", parts, nodes, gossip_interval_ms,
-                                        extra, secret=secrets.token_hex(32)))  # signs gossip
+    write_private(path, render_cluster_file(kafka, "replicas", parts, nodes, gossip_interval_ms,
+                                            extra, secret=secrets.token_hex(32)).encode())
     return path
 
 
