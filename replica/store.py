@@ -42,7 +42,6 @@ from tidemark.replica.keys import (
     pin_key,
     position_key,
     progress_key,
-    purge_prefix,
     queue_index_key,
     queue_index_prefix,
     queue_prefix,
@@ -51,7 +50,7 @@ from tidemark.replica.keys import (
 )
 
 __all__ = ["Store", "StoreOptions", "Batch", "TOPIC_CODES", "tp_name", "data_key", "data_prefix",
-           "ack_key", "ack_prefix", "purge_prefix", "queue_prefix", "progress_key",
+           "ack_key", "ack_prefix", "queue_prefix", "progress_key",
            "deadletter_key",
            "queue_index_prefix", "queue_index_key", "PIN_PREFIX", "pin_key", "ADOPT_FILE",
            "adopt_copy"]
@@ -194,15 +193,6 @@ class Store:
         raw = self.db.get(ack_key(partition, peer, message_id))
         return _Q.unpack(raw)[0] if raw else None
 
-    def purged_between(self, partition: int, peer: str, after: int, before: int) -> bool:
-        """Whether a Purge of ``peer`` was applied at an offset in ``(after, before)``."""
-        prefix = purge_prefix(partition) + peer.encode() + b"\0"
-        for _ in self.db.iterator(start=prefix + _Q.pack(after + 1),
-                                    stop=prefix + _Q.pack(max(after + 1, before)),
-                                    include_value=False):
-            return True
-        return False
-
     def queue_entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """``(kafka key, QueueEntry bytes)`` of queues partition ``partition``."""
         prefix = queue_prefix(partition)
@@ -277,10 +267,6 @@ class Store:
                 break
             out.append(json.loads(value))
         return out
-
-    def dead_letter_count(self) -> int:
-        """How many entries the dead-letter ledger holds."""
-        return sum(1 for _ in self.db.iterator(prefix=b"Z", include_value=False))
 
     # ---- queues rebuild --------------------------------------------------------------------
     def reset_queues(self, partition: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
-import tidemark.replica.node_config as node_module  # the rejoin step of Node
+import tidemark.replica.epochs as epochs_module  # the rejoin step of Node.start
 from tests.support import wait_for
 from tidemark.log.load import generate_load
 from tidemark.replica.config import load_cluster_file
@@ -35,7 +35,7 @@ def test_failed_rejoin_is_retried_on_the_next_start(bootstrap: str, tmp_path: Pa
 
         def refused(*args: object, **kwargs: object) -> None:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT, "config append refused"))
-        monkeypatch.setattr(node_module, "append_epoch", refused)
+        monkeypatch.setattr(epochs_module, "append_epoch", refused)
         cf = load_cluster_file(stack.state_dir / CONFIG_NAME)
         node = Node(cf, "p0r1")
         with pytest.raises(KafkaException):
