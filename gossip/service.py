@@ -63,7 +63,7 @@ from tidemark.gossip.replay import (
     ReplayStream,
     request_peer,
 )
-from tidemark.gossip.tls import Transport
+from tidemark.gossip.tls import Transport, default_transport
 from tidemark.log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
@@ -145,11 +145,10 @@ class ReplicaClient:
             channel = self._channels.get(address)
             if channel is None:
                 if self._transport is None:
-                    channel = grpc.insecure_channel(address, options=_OPTIONS)
-                else:
-                    node = self._nodes.get(address)
-                    expect: Identity | str = Identity("node", node) if node else "node"
-                    channel = self._transport.channel(address, expect, _OPTIONS)
+                    self._transport = default_transport()
+                node = self._nodes.get(address)
+                expect: Identity | str = Identity("node", node) if node else "node"
+                channel = self._transport.channel(address, expect, _OPTIONS)
                 self._channels[address] = channel
             return channel
 

@@ -17,8 +17,10 @@ Otherwise it raises :class:`TlsMissingError`: a process never starts open by acc
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
+import re
 import secrets
 import threading
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from tidemark.log import registry
 from tidemark.log.settings import default_state_dir
 
 __all__ = ["Transport", "TlsMissingError", "resolve_transport", "local_pki_dir",
-           "INSECURE_WARNING"]
+           "default_transport", "INSECURE_WARNING"]
 
 log = logging.getLogger("tidemark.tls")
 INSECURE_WARNING = ("INSECURE: TLS is off (--insecure / TIDEMARK_INSECURE=1): anyone who reaches"
@@ -183,3 +185,21 @@ def resolve_transport(identity: Identity, files: TlsFiles | None = None,
                               + ", ".join(str(p) for p in missing))
     return Transport(identity, files)
 
+
+_DEFAULT: dict[tuple[Any, ...], Transport] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_transport() -> Transport:
+    """The transport of a client made without one (the command line, tools, tests): an
+    operator named after the user, resolved as :func:`resolve_transport` does, once per
+    configuration. Components that have an identity of their own (a node, a peer) pass
+    theirs explicitly."""
+    key = tuple(registry.env_value(n) for n in ("tls_ca", "tls_cert", "tls_key", "tls_issuer",
+                                                 "insecure", "state_dir"))
+    with _DEFAULT_LOCK:
+        got = _DEFAULT.get(key)
+        if got is None:
+            name = re.sub(r"[^A-Za-z0-9_.\-]", "_", getpass.getuser() or "cli")[:60] or "cli"
+            got = _DEFAULT[key] = resolve_transport(Identity("operator", name))
+        return got

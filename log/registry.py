@@ -163,7 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls_crl", "TIDEMARK_TLS_CRL", "path", None,
             "the CA's revocation list (crl.pem); revoked callers are refused"),
     Setting("tls_issuer", "TIDEMARK_TLS_ISSUER", "path", None,
-            "a CA folder from which each process issues itself a short-lived certificate of"
+            "a CA folder from which each process signs a short-lived certificate of"
             " its own identity (development and tests; default: the local stack's <state>/pki)"),
     Setting("insecure", "TIDEMARK_INSECURE", "bool", False,
             "development only: plaintext gRPC, no caller identity (a warning at every start)"),

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from tidemark.gossip.pki import Identity, PkiError
-from tidemark.gossip.tls import Transport
+from tidemark.gossip.tls import Transport, default_transport
 from tidemark.peer_client.exceptions import PeerClientError, PeerUnreachableError
 from tidemark.peer_client.ports import DirectCallback
 from tidemark.peer_client.records import peer_codec
@@ -41,10 +41,6 @@ _OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
             ("grpc.max_send_message_length", 64 << 20)]
 #: What ``Deliver``'s handler gets: the batch and the calling peer (None: insecure transport).
 DeliverHandler = Callable[[bytes, "Identity | None"], bytes]
-
-
-def _insecure() -> Transport:
-    return Transport(Identity("operator", "insecure"), None)
 
 
 def caller_of(transport: Transport, context: grpc.ServicerContext, environment: str,
@@ -94,7 +90,7 @@ class DirectServer:
     def __init__(self, bind: str, handler: DeliverHandler, workers: int = 4,
                  status: Callable[[], dict[str, Any]] | None = None,
                  environment: str = "", transport: Transport | None = None) -> None:
-        transport = transport or _insecure()
+        transport = transport or default_transport()
 
         def status_of(request: bytes, context: grpc.ServicerContext) -> bytes:
             caller_of(transport, context, environment, operators=True)
@@ -139,7 +135,7 @@ class DirectClient:
 
     def __init__(self, timeout_ms: int, transport: Transport | None = None) -> None:
         self.timeout = timeout_ms / 1000
-        self._transport = transport or _insecure()
+        self._transport = transport or default_transport()
         self._channels: dict[tuple[str, str | None], Any] = {}
         self._lock = threading.Lock()
         self._codec = peer_codec()
@@ -204,7 +200,7 @@ def peer_status(endpoint: str, environment: str, timeout: float = 5.0,
     :class:`PeerUnreachableError` with the gRPC code (PERMISSION_DENIED: another environment
     or not an operator)."""
     expect: Identity | str = Identity("peer", peer_id, environment) if peer_id else "peer"
-    channel = (transport or _insecure()).channel(endpoint, expect, _OPTIONS)
+    channel = (transport or default_transport()).channel(endpoint, expect, _OPTIONS)
     try:
         data = channel.unary_unary(STATUS)(json.dumps({"environment": environment}).encode(),
                                            timeout=timeout)

@@ -7,9 +7,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from tidemark.gossip.exceptions import PeerForbiddenError
 from tidemark.gossip.gc_point import local_gc_cut
 from tidemark.gossip.node_state import NodeState, PartitionRanges
-from tidemark.gossip.service import ReplicaClient, gossip_round
+from tidemark.gossip.service import ReplicaClient, gossip_round, serving_identity
 from tidemark.replica.backfill import Backfiller
 from tidemark.replica.cut import CutKeeper
 from tidemark.replica.epochs import EpochFollower
@@ -77,8 +78,14 @@ class Gossiper:
         self._push.set()
 
     def exchange(self, body: bytes) -> bytes:
-        """Push-pull (the ``Gossip`` method): take the caller's state, answer with ours."""
-        self.receive(NodeState.decode(body))
+        """Push-pull (the ``Gossip`` method): take the caller's state, answer with ours. Over
+        TLS a node speaks only for itself: a state naming another node is refused."""
+        state = NodeState.decode(body)
+        caller = serving_identity()
+        if caller is not None and caller.name != state.node_id:
+            raise PeerForbiddenError(f"gossip refused: {caller} sent the state of"
+                                     f" {state.node_id!r}")
+        self.receive(state)
         with self.view.lock:
             return self._mine
 

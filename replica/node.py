@@ -23,7 +23,9 @@ import grpc
 from confluent_kafka import KafkaException
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
+from tidemark.gossip.pki import Identity
 from tidemark.gossip.service import ReplicaClient
+from tidemark.gossip.tls import local_pki_dir, resolve_transport
 from tidemark.log.exceptions import TidemarkError
 from tidemark.replica.backfill import Backfiller
 from tidemark.replica.config import ClusterFile
@@ -95,15 +97,20 @@ class Node:
     gossiper: Gossiper
     server: grpc.Server
 
-    def __init__(self, cf: ClusterFile, node_id: str) -> None:
+    def __init__(self, cf: ClusterFile, node_id: str, insecure: bool | None = None) -> None:
         self.cf, self.node_id, self.settings = cf, node_id, cf.settings
+        # mutual TLS as this node (fails closed: no material and not insecure = no start);
+        # the local stack's CA sits beside its cluster file
+        local = cf.path.parent if (local_pki_dir(cf.path.parent) / "trust.pem").is_file() else None
+        self.transport = resolve_transport(Identity("node", node_id), insecure=insecure,
+                                           state_dir=local)
         self.period = cf.gossip_interval_ms / 1000
         self.push_gap = cf.gossip_push_ms / 1000
         self.progress = threading.Condition()  # notified when records apply or the cut moves
         self.stopping = threading.Event()
         # GC pins as leases, persisted once the store is open; a peer pins its own partition
         self.pins = Leases(partitions=self.settings.partitions)
-        self.peers = ReplicaClient(cf.secret or None)  # signs gossip and backfill calls
+        self.peers = ReplicaClient(cf.secret or None, self.transport)  # gossip and backfill
 
     # ---- startup ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -145,7 +152,8 @@ class Node:
         servicer = ReplicaServicer(view, cut, store, self.pins, self.gossiper, ends,
                                    self.replay)
         self.server = servicer.serve(epoch.nodes[self.node_id], secret=self.cf.secret or None,
-                                     environment=self.settings.environment)
+                                     environment=self.settings.environment,
+                                     transport=self.transport)
         threading.Thread(target=self.gossiper.run, name="gossip", daemon=True).start()
         threading.Thread(target=cut.run, args=(self.stopping,), name="cut",
                          daemon=True).start()

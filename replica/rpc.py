@@ -26,6 +26,7 @@ from functools import partial
 import grpc
 
 from tidemark.gossip.service import StreamHandler, start_server
+from tidemark.gossip.tls import Transport
 from tidemark.replica.backfill import serve_digest, serve_fetch
 from tidemark.replica.cut import CutKeeper
 from tidemark.replica.ends import Ends
@@ -59,12 +60,14 @@ class ReplicaServicer:
         """The bidirectional-stream methods."""
         return {"Replay": self.replay.handle, "Watch": self.ends.watch}
 
-    def serve(self, address: str, secret: str | None, environment: str) -> grpc.Server:
-        """Serve every method on ``address``: with ``secret``, gossip, status and backfill
-        for cluster members only; replay, pins and waits for peer tokens of
-        ``environment``."""
+    def serve(self, address: str, secret: str | None, environment: str,
+              transport: Transport | None = None) -> grpc.Server:
+        """Serve every method on ``address``. Over mutual TLS (``transport``) the caller's
+        certificate decides who may call what (:func:`tidemark.gossip.access.admit`);
+        insecure, with ``secret``: gossip, status and backfill for cluster members only,
+        replay, pins and waits for peer tokens of ``environment``."""
         return start_server(address, self.handlers(), workers=64, streams=self.streams(),
-                            secret=secret, environment=environment)
+                            secret=secret, environment=environment, transport=transport)
 
     def status(self, body: bytes) -> bytes:
         """The ``replica status --json`` document."""

@@ -16,6 +16,11 @@ __all__ = ["ClusterView"]
 log = logging.getLogger("tidemark.replica.node")  # the node's lines keep their logger
 
 
+#: A gossiped state stamped further ahead of this node's clock is refused: it would shadow the
+#: node's real states for good. Keep the nodes' clocks within this of each other (NTP).
+MAX_FUTURE_MS = 5_000
+
+
 class ClusterView:
     """The epoch and the gossiped states. ``lock`` also guards what is computed from them
     (the cut, the node's own encoded state), so a reader sees one consistent picture."""
@@ -48,7 +53,7 @@ class ClusterView:
     def receive(self, state: NodeState) -> bool:
         """Take another node's state; True if it is newer than the one held."""
         node = state.node_id
-        if state.timestamp_ms > time.time() * 1000 + 60_000:
+        if state.timestamp_ms > time.time() * 1000 + MAX_FUTURE_MS:
             log.warning("ignoring a state of %s stamped in the future", node)
             return False  # it would shadow the node's real states for good
         with self.lock:

@@ -109,14 +109,10 @@ def progress(msg: str) -> None:
     print(f"tidemark: {msg}", file=sys.stderr, flush=True)
 
 
+
 def operator_transport() -> Any:
     """The command line's side of mutual TLS (a :class:`~tidemark.gossip.tls.Transport`): its
     operator certificate from ``TIDEMARK_TLS_*``, else one issued from the local CA; plaintext
     only with ``TIDEMARK_INSECURE=1``."""
-    import getpass
-    import re
-
-    from tidemark.gossip.pki import Identity
-    from tidemark.gossip.tls import resolve_transport
-    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", getpass.getuser() or "cli")[:60] or "cli"
-    return resolve_transport(Identity("operator", name))
+    from tidemark.gossip.tls import default_transport
+    return default_transport()

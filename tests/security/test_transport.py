@@ -139,7 +139,8 @@ def test_a_client_expecting_a_node_refuses_an_impostor(node_server, transport_of
 
 def test_no_material_refuses_to_start_unless_insecure(tmp_path: Path, monkeypatch,
                                                        caplog) -> None:
-    for name in ("TIDEMARK_TLS_CA", "TIDEMARK_TLS_CERT", "TIDEMARK_TLS_KEY", "TIDEMARK_INSECURE"):
+    for name in ("TIDEMARK_TLS_CA", "TIDEMARK_TLS_CERT", "TIDEMARK_TLS_KEY", "TIDEMARK_INSECURE",
+                 "TIDEMARK_TLS_ISSUER"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(TlsMissingError, match="no TLS material for tidemark:node:n1"):
         resolve_transport(Identity("node", "n1"), state_dir=tmp_path)
@@ -155,7 +156,8 @@ def test_no_material_refuses_to_start_unless_insecure(tmp_path: Path, monkeypatc
 
 
 def test_the_local_ca_issues_each_process_its_own_identity(tmp_path: Path, monkeypatch) -> None:
-    for name in ("TIDEMARK_TLS_CA", "TIDEMARK_TLS_CERT", "TIDEMARK_TLS_KEY", "TIDEMARK_INSECURE"):
+    for name in ("TIDEMARK_TLS_CA", "TIDEMARK_TLS_CERT", "TIDEMARK_TLS_KEY", "TIDEMARK_INSECURE",
+                 "TIDEMARK_TLS_ISSUER"):
         monkeypatch.delenv(name, raising=False)
     init_ca(tmp_path / "pki")
     t = resolve_transport(Identity("peer", "alice", ENV), state_dir=tmp_path)

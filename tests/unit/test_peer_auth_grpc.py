@@ -39,6 +39,8 @@ from tidemark.stack.processes import free_ports
 from tidemark.stack.replicas import write_cluster_file
 
 SECRET, ENV = "cluster-secret", "test"
+pytestmark = pytest.mark.usefixtures("insecure")  # plaintext: TLS is tests/security
+
 PARTITIONS = 12
 A_TP = f"txlog/{partition_for_peer('A', PARTITIONS)}"
 OTHER_TP = f"txlog/{(partition_for_peer('A', PARTITIONS) + 1) % PARTITIONS}"

@@ -21,6 +21,7 @@ from tidemark.peer_client.records import peer_codec
 from tidemark.peer_client.stability import ReplicaStability
 from tidemark.peer_client.testing import TestBus
 
+pytestmark = pytest.mark.usefixtures("insecure")  # plaintext: TLS is tests/security
 
 @message("tests.grpc.Note")
 @dataclass

@@ -25,6 +25,8 @@ from tidemark.replica.replay import ReplayService
 from tidemark.replica.store import Store, progress_key
 from tidemark.stack.processes import free_ports
 
+pytestmark = pytest.mark.usefixtures("insecure")  # plaintext: TLS is tests/security
+
 CODEC = default_codec()
 SETTINGS = Settings(partitions=4, environment="test")
 PEER = "bob"

@@ -15,6 +15,8 @@ from tidemark.gossip.service import (
 )
 from tidemark.stack.processes import free_ports
 
+pytestmark = pytest.mark.usefixtures("insecure")  # plaintext: TLS is tests/security
+
 SECRET = "s3cret"
 
 

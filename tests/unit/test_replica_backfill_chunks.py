@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from test_replica_store import NOW, C, ack, send
 
 from tidemark.gossip.service import MAX_MESSAGE_BYTES, pack_records, start_server
@@ -14,6 +15,8 @@ from tidemark.replica.backfill import Backfiller, serve_digest, serve_fetch
 from tidemark.replica.ingest import index_txlog
 from tidemark.replica.store import Store
 from tidemark.stack.processes import free_ports
+
+pytestmark = pytest.mark.usefixtures("insecure")  # plaintext: TLS is tests/security
 
 
 def test_backfill_skips_equal_chunks_and_copies_the_rest(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ def _run(args: argparse.Namespace) -> int:
     from tidemark.replica.config import load_cluster_file
     from tidemark.replica.node import Node
     cf = load_cluster_file(cluster_file(args))
-    node = Node(cf, args.node)
+    node = Node(cf, args.node, insecure=True if args.insecure else None)
     try:
         node.start()
     except BaseException:
@@ -73,6 +73,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
              help="cluster TOML (default: the local stack's cluster.toml)")
     env_flag(run, "--state-dir", "state_dir")
     run.add_argument("--node", required=True, help="node id, e.g. p0r0")
+    run.add_argument("--insecure", action="store_true",
+                     help="development only: plaintext gRPC, no caller identity"
+                          " (TIDEMARK_INSECURE=1); a warning at every start")
     run.set_defaults(func=_run)
     status = sub.add_parser("status", help="nodes, epoch, interval maps, UST, GC point")
     status.add_argument("--json", action="store_true", help="machine-readable output")
