@@ -62,8 +62,7 @@ class PeerCore:
         self.peer_id, self.environment, self.options = peer_id, environment, options
         self.incarnation = incarnation or uuid.uuid4().hex[:16]
         self.clock_ms = clock_ms
-        self.max_bytes = max_message_bytes
-        self.log_port, self.directory_port, self.executor = log_port, directory_port, executor
+        self.directory_port, self.executor = directory_port, executor
         self.endpoint = ""
         self.stats: Counter[str] = Counter()
         self.directory = DirectoryCache(environment, options.dead_after_ms)
