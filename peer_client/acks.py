@@ -1,15 +1,28 @@
-"""Ack batching: pure decisions, no I/O. The peer appends what these return.
+"""Acks of handled messages, and the failure record of a handler that raised.
 
-An ack is added after its handler returns. A batch is due when it holds ``max_batch`` acks,
-or when its oldest ack has waited ``linger_ms``; :meth:`AckBatcher.drain` hands over the rest
-at stop. Every added ack comes out of exactly one returned batch, in the order added.
+:class:`AckBatcher` decides, with no I/O: an ack is added after its handler returns, and a
+batch is due when it holds ``max_batch`` acks or when its oldest ack has waited
+``linger_ms``; :meth:`AckBatcher.drain` hands over the rest at stop. Every added ack comes
+out of exactly one returned batch, in the order added. :class:`Acker` is the peer's I/O
+around it: it appends each batch that became due as one AckBatch record (cut by
+:func:`~tidemark.peer_client.ack_encoding.chunks`), and a DeliveryFailed record per failed
+persistent message.
 """
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
-__all__ = ["AckBatcher"]
+from tidemark.peer_client.ack_encoding import chunks
+from tidemark.peer_client.ports import LogPort
+from tidemark.peer_client.records import Envelope
+
+__all__ = ["AckBatcher", "Acker"]
+
+log = logging.getLogger("peer_client")
 
 T = TypeVar("T")
 
@@ -69,3 +82,79 @@ class AckBatcher(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+class Acker:
+    """The acks and failure records of peer ``peer_id``, appended through ``log_port``:
+    ``encode_acks(ids, now_ms)`` encodes one AckBatch, ``encode_record`` the DeliveryFailed."""
+
+    def __init__(self, peer_id: str, environment: str, batcher: AckBatcher[str], *,
+                 log_port: LogPort, encode_acks: Callable[[Sequence[str], int], bytes],
+                 encode_record: Callable[[str, dict[str, Any]], bytes],
+                 clock_ms: Callable[[], int], stats: Any) -> None:
+        self.peer_id, self.environment, self.batcher = peer_id, environment, batcher
+        self.log_port, self.encode_acks, self.encode_record = log_port, encode_acks, encode_record
+        self.clock_ms, self.stats = clock_ms, stats
+        self._lock = threading.Lock()
+        self._delivered_cb = self._delivered  # bound once, shared by every append
+
+    def ack(self, env: Envelope) -> None:
+        """Queue the ack of handled ``env`` (if persistent); see :meth:`ack_many`."""
+        self.ack_many((env,))
+
+    def ack_many(self, envs: Sequence[Envelope]) -> None:
+        """Queue the acks of handled ``envs`` (persistent ones) under one lock; append the
+        batches that became due, each as one AckBatch record."""
+        ids = [env.message_id for env in envs if env.persistent]
+        if not ids:
+            return
+        now = self.clock_ms()
+        with self._lock:
+            batches = self.batcher.add_many(ids, now)
+        for batch in batches:
+            self._append(batch)
+
+    def append_due(self, now_ms: int) -> None:
+        """Append the pending batch if it has lingered out (housekeeping)."""
+        with self._lock:
+            batch = self.batcher.due(now_ms)
+        if batch:
+            self._append(batch)
+
+    def flush(self) -> int:
+        """Append every pending ack now; returns how many."""
+        with self._lock:
+            batch = self.batcher.drain()
+        self._append(batch)
+        return len(batch)
+
+    def drop_pending(self) -> int:
+        """Forget unappended acks (a crash in the test double)."""
+        with self._lock:
+            return len(self.batcher.drain())
+
+    def record_failure(self, env: Envelope, reason: str, kind: str) -> None:
+        """A handler raised on ``env``: count it; a persistent one gets a DeliveryFailed."""
+        self.stats["failed_deliveries"] += 1
+        if not env.persistent:
+            return
+        value = self.encode_record("DeliveryFailed", {
+            "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
+            "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
+            "timestamp_ms": self.clock_ms()})
+        self.log_port.append(self.peer_id, value, self._delivered_cb)
+
+    def _append(self, batch: Sequence[str]) -> None:
+        """Append the acks of ``batch`` (message ids) as AckBatch records."""
+        if not batch:
+            return
+        now = self.clock_ms()
+        for ids in chunks(batch, self.batcher.max_batch):
+            self.log_port.append(self.peer_id, self.encode_acks(ids, now), self._delivered_cb)
+        self.stats["acks"] += len(batch)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.stats["ack_errors"] += 1
+            log.warning("an ack of peer %s was not acknowledged by Kafka: %s (the message"
+                        " will be delivered again)", self.peer_id, err)

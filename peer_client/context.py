@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tidemark.peer_client.records import Envelope
 
-__all__ = ["Phase", "MessageContext", "BatchContext"]
+__all__ = ["Phase", "RUNNING", "MessageContext", "BatchContext"]
 
 
 class Phase(enum.Enum):
@@ -23,6 +23,10 @@ class Phase(enum.Enum):
     NORMAL = "normal"
     STOPPING = "stopping"
     STOPPED = "stopped"
+
+
+#: Phases in which the peer accepts messages and sends.
+RUNNING = (Phase.STARTING, Phase.REPLAY, Phase.HANDOVER, Phase.NORMAL)
 
 
 class MessageContext:

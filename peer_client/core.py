@@ -1,10 +1,11 @@
-"""The peer core: send, publish, receive, acks, directory, phases; no threads, no sockets.
-``Peer``, ``AsyncPeer`` and the test double are this core plus ports (``ports.py``); replay
-plugs in through ``begin_replay``, ``deliver_replayed(_batch)`` and ``end_replay``."""
+"""The peer core: phases, handlers, the directory and receiving; no threads, no sockets.
+Sending is its :class:`~tidemark.peer_client.sending.Sender`, acks its
+:class:`~tidemark.peer_client.acks.Acker`. ``Peer``, ``AsyncPeer`` and the test double are
+this core plus ports (``ports.py``); replay plugs in through ``begin_replay``,
+``deliver_replayed(_batch)`` and ``end_replay``."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -16,18 +17,13 @@ from typing import Any
 
 from tidemark.log.codec import MARKER
 from tidemark.peer_client.ack_encoding import AckBatchEncoder
-from tidemark.peer_client.acking import Acking
-from tidemark.peer_client.acks import AckBatcher
+from tidemark.peer_client.acks import AckBatcher, Acker
 from tidemark.peer_client.avro_fast import SendEncoder
-from tidemark.peer_client.context import Phase
+from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms
 from tidemark.peer_client.directory import DirectoryCache, PeerEntry, needs_probe
-from tidemark.peer_client.exceptions import (
-    DuplicatePeerError,
-    PeerStateError,
-    UnknownPeerError,
-)
+from tidemark.peer_client.exceptions import DuplicatePeerError, UnknownPeerError
 from tidemark.peer_client.flight import FlightControl
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.inbox import Inbox, Job
@@ -36,12 +32,11 @@ from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.outbox import Outbox
 from tidemark.peer_client.ports import DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
 from tidemark.peer_client.records import Envelope, peer_codec
-from tidemark.peer_client.sending import RUNNING, Sending
+from tidemark.peer_client.sending import Sender
 
-__all__ = ["PeerCore", "RUNNING", "now_ms"]
+__all__ = ["PeerCore", "now_ms"]
 
 log = logging.getLogger("peer_client")
-
 
 
 def now_ms() -> int:
@@ -49,8 +44,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PeerCore(Sending, Acking):
-    """One peer's state and decisions; I/O goes through the ports given to it."""
+class PeerCore:
+    """One peer's state and decisions; I/O goes through the ports given to it.
+
+    ``send``, ``post`` and ``publish`` are its :attr:`sender`'s (bound once: the send path
+    takes no extra call); acks and failure records go through its :attr:`acker`."""
 
     def __init__(self, peer_id: str, environment: str, options: PeerOptions, *,
                  log_port: LogPort, direct: DirectPort, directory_port: DirectoryPort,
@@ -64,8 +62,7 @@ class PeerCore(Sending, Acking):
         self.peer_id, self.environment, self.options = peer_id, environment, options
         self.incarnation = incarnation or uuid.uuid4().hex[:16]
         self.clock_ms = clock_ms
-        self.max_bytes = max_message_bytes
-        self.log_port, self.directory_port, self.executor = log_port, directory_port, executor
+        self.directory_port, self.executor = directory_port, executor
         self.endpoint = ""
         self.stats: Counter[str] = Counter()
         self.directory = DirectoryCache(environment, options.dead_after_ms)
@@ -74,33 +71,37 @@ class PeerCore(Sending, Acking):
         self.handlers = handlers.copy() if handlers is not None else HandlerRegistry()
         self.dedup = DedupWindow(options.dedup_window)
         self.flight = FlightControl(options.flight_size, options.flight_mode)
-        self.acks: AckBatcher[str] = AckBatcher(options.ack_batch, options.ack_linger_ms)
-        self._ack_lock = threading.Lock()
+        self._codec = peer_codec()
+        self.encode_record = self._codec.encode
+        self.acker = Acker(peer_id, environment,
+                           AckBatcher(options.ack_batch, options.ack_linger_ms),
+                           log_port=log_port,
+                           encode_acks=AckBatchEncoder(self._codec, peer_id, environment).encode,
+                           encode_record=self.encode_record, clock_ms=clock_ms,
+                           stats=self.stats)
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
-                           self._record_failure, self._ack, self.stats,
+                           self.acker.record_failure, self.acker.ack, self.stats,
                            options.inbox_limit if options.inbox_limit else None,
-                           getattr(executor, "submit_many", None), self._ack_many,
+                           getattr(executor, "submit_many", None), self.acker.ack_many,
                            options.hold_limit, options.hold_bytes)
         self.outbox = Outbox(peer_id, self.incarnation, environment, log_port, direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
                              max_message_bytes, self.stats, self._endpoint_of)
-        self._codec = peer_codec()
-        self.encode_record = self._codec.encode
-        self._seq = itertools.count(1)
-        self._id_prefix = f"{self.incarnation}-"
-        self._encode_acks = AckBatchEncoder(self._codec, peer_id, environment).encode
-        self._send_encoder = SendEncoder(MARKER + self._codec.fingerprint_of("Send"),
-                                         peer_id, environment, self._codec.schema("Send"))
+        self.sender = Sender(peer_id, environment, self.incarnation, max_message_bytes,
+                             inbox=self.inbox, directory=self.directory, dir_lock=self.dir_lock,
+                             outbox=self.outbox, flight=self.flight,
+                             send_encoder=SendEncoder(MARKER + self._codec.fingerprint_of("Send"),
+                                                      peer_id, environment,
+                                                      self._codec.schema("Send")),
+                             dead_after_ms=options.dead_after_ms, clock_ms=clock_ms,
+                             stats=self.stats)
+        self.send = self.sender.send
+        self.post = self.sender.post
+        self.publish = self.sender.publish
+        self.check_posted = self.sender.check_posted
         self._last_heartbeat = 0
         self._registered_ms = 0
         self._warned: set[str] = set()
-        self._release = self._release_flight
-        self.sent = 0  # sends accepted (a plain counter: the hot path avoids the Counter)
-        self._post_failed = 0
-        # bound once: a bound method made per call would be one more object per message
-        self._posted_cb = self._posted
-        self._ack_cb = self._ack_delivered
-        self._post_first_error: str | None = None
         self.dedup_store: DedupStore | None = None  # opened at STARTING, closed at STOPPED
 
     # ---- phases --------------------------------------------------------------------------
@@ -167,12 +168,6 @@ class PeerCore(Sending, Acking):
     def end_replay(self, handover: bool = False) -> None:
         """Replay finished: dispatch held-back live messages (to HANDOVER or NORMAL)."""
         self.set_phase(Phase.HANDOVER if handover else Phase.NORMAL)
-
-    def _check_running(self) -> None:
-        if self.phase not in RUNNING:
-            raise PeerStateError(f"peer {self.peer_id} is {self.phase.value}: start it first"
-                                 if self.phase is Phase.CREATED else
-                                 f"peer {self.peer_id} is {self.phase.value}")
 
     # ---- handlers ------------------------------------------------------------------------
     def handler(self, fn_or_cls: Any = None, *, batch: bool = False) -> Any:
@@ -263,11 +258,6 @@ class PeerCore(Sending, Acking):
         entry = self.directory.get(peer_id)
         return entry.endpoint if entry is not None and entry.endpoint else None
 
-    def _alive(self, entry: PeerEntry | None, now: int) -> bool:
-        return (entry is not None and bool(entry.endpoint)
-                and entry.alive(now, self.options.dead_after_ms)
-                and self.outbox.reachable(entry.peer_id))
-
     def subscribers(self, message_cls: type) -> list[str]:
         """Peers the directory says subscribe to ``message_cls``."""
         with self.dir_lock:
@@ -338,7 +328,7 @@ class PeerCore(Sending, Acking):
     def stats_snapshot(self) -> dict[str, int]:
         """Every counter of this peer."""
         out = dict(self.stats)
-        out["sent"] = self.sent
+        out["sent"] = self.sender.sent
         out["logged"] = self.outbox.logged
         store = self.dedup_store
         if store is not None:
@@ -350,10 +340,7 @@ class PeerCore(Sending, Acking):
     def tick(self) -> None:
         """Periodic work: lingering acks, dead peers, heartbeat."""
         now = self.clock_ms()
-        with self._ack_lock:
-            batch = self.acks.due(now)
-        if batch:
-            self._append_acks(batch)
+        self.acker.append_due(now)
         store = self.dedup_store
         if store is not None:
             try:
@@ -367,6 +354,15 @@ class PeerCore(Sending, Acking):
                      self.options.dead_after_ms)
         if self.phase in RUNNING and now - self._last_heartbeat >= self.options.heartbeat_ms:
             self.publish_descriptor(True)
+
+    # ---- acks ----------------------------------------------------------------------------
+    def flush_acks(self) -> int:
+        """Append every pending ack now; returns how many."""
+        return self.acker.flush()
+
+    def drop_pending_acks(self) -> int:
+        """Forget unappended acks (a crash in the test double)."""
+        return self.acker.drop_pending()
 
     def submit_job(self, key: str, job: Job) -> None:
         """Hand a job to the executor (used by tests that drive the core directly)."""

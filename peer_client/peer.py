@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tidemark.log.settings import Settings, load_settings
-from tidemark.peer_client.context import Phase
-from tidemark.peer_client.core import RUNNING, PeerCore
+from tidemark.peer_client.context import RUNNING, Phase
+from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.delivery import Delivery
 from tidemark.peer_client.direct import DirectClient, DirectServer
 from tidemark.peer_client.directory import PeerEntry

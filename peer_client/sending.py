@@ -1,8 +1,8 @@
-"""The send side of the peer core: send, post and publish.
+"""The send side of a peer: send, post and publish.
 
-Mixed into :class:`tidemark.peer_client.core.PeerCore`; kept apart because it is the hot path. The
-common case (durability ``log``, recipient not up, nothing queued for it) encodes the Send
-and appends it without building any intermediate object.
+:class:`Sender` is the hot path. The common case (durability ``log``, recipient not up,
+nothing queued for it) encodes the Send and appends it without building any intermediate
+object; what it calls per message is bound once, at construction.
 """
 
 from __future__ import annotations
@@ -12,52 +12,65 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tidemark.log.exceptions import OversizedMessageError
+from tidemark.log.exceptions import DeliveryError, OversizedMessageError
 from tidemark.peer_client.avro_fast import SendEncoder
-from tidemark.peer_client.context import Phase
+from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.delivery import Delivery
 from tidemark.peer_client.directory import DirectoryCache, PeerEntry
-from tidemark.peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
+from tidemark.peer_client.exceptions import (
+    PeerStateError,
+    PeerUnreachableError,
+    WrongEnvironmentError,
+)
 from tidemark.peer_client.flight import FlightControl
 from tidemark.peer_client.inbox import Inbox
 from tidemark.peer_client.messages import _BY_CLASS, MessageType, message_type_of
 from tidemark.peer_client.options import LEVELS
 from tidemark.peer_client.outbox import Outbox, OutItem
 
-__all__ = ["Sending"]
-
-#: Phases in which the peer accepts messages and sends.
-RUNNING = (Phase.STARTING, Phase.REPLAY, Phase.HANDOVER, Phase.NORMAL)
+__all__ = ["Sender"]
 
 
-class Sending:
-    """send / post / publish over the state :class:`~tidemark.peer_client.core.PeerCore` holds."""
+class Sender:
+    """send / post / publish: checks, message ids, encoding, the flight window, and the
+    hand-over to the :class:`~tidemark.peer_client.outbox.Outbox`. The peer's phase is read
+    from ``inbox``, recipients from ``directory`` (``dir_lock`` guards its iteration)."""
 
-    peer_id: str
-    environment: str
-    max_bytes: int
-    directory: DirectoryCache
-    dir_lock: threading.Lock
-    flight: FlightControl
-    outbox: Outbox
-    inbox: Inbox
-    stats: Any
-    sent: int
-    clock_ms: Callable[[], int]
-    _seq: itertools.count[int]
-    _id_prefix: str
-    _send_encoder: SendEncoder
-    _ack_lock: threading.Lock
-    _post_failed: int
-    _post_first_error: str | None
-    _posted_cb: Callable[[Any, Any], None]
-    _release: Callable[[Delivery], None]
+    def __init__(self, peer_id: str, environment: str, incarnation: str, max_bytes: int, *,
+                 inbox: Inbox, directory: DirectoryCache, dir_lock: threading.Lock,
+                 outbox: Outbox, flight: FlightControl, send_encoder: SendEncoder,
+                 dead_after_ms: int, clock_ms: Callable[[], int], stats: Any) -> None:
+        self.peer_id, self.environment, self.max_bytes = peer_id, environment, max_bytes
+        self.inbox, self.directory, self.dir_lock = inbox, directory, dir_lock
+        self.outbox, self.flight = outbox, flight
+        self.dead_after_ms, self.clock_ms, self.stats = dead_after_ms, clock_ms, stats
+        self.sent = 0  # sends accepted (a plain counter: the hot path avoids the Counter)
+        self._seq = itertools.count(1)
+        self._id_prefix = f"{incarnation}-"
+        # the hot path's calls, bound once
+        self._entry_of = directory.get
+        self._busy = outbox.lanes.busy
+        self._encode_send = send_encoder.encode
+        self._acquire = flight.acquire
+        self._append_now = outbox.append_now
+        # bound once: a bound method made per call would be one more object per message
+        self._posted_cb = self._posted
+        self._release = self._release_flight
+        self._post_lock = threading.Lock()
+        self._post_failed = 0
+        self._post_first_error: str | None = None
 
     def _check_running(self) -> None:
-        raise NotImplementedError
+        phase = self.inbox.phase
+        if phase not in RUNNING:
+            raise PeerStateError(f"peer {self.peer_id} is {phase.value}: start it first"
+                                 if phase is Phase.CREATED else
+                                 f"peer {self.peer_id} is {phase.value}")
 
     def _alive(self, entry: PeerEntry | None, now: int) -> bool:
-        raise NotImplementedError
+        return (entry is not None and bool(entry.endpoint)
+                and entry.alive(now, self.dead_after_ms)
+                and self.outbox.reachable(entry.peer_id))
 
     def _release_flight(self, _: Delivery) -> None:
         self.flight.release()
@@ -88,7 +101,7 @@ class Sending:
                 f" message can only be delivered directly")
         value = None
         if logged:
-            value = self._send_encoder.encode(mid, to, mt.name, payload, ts)
+            value = self._encode_send(mid, to, mt.name, payload, ts)
             if len(value) > self.max_bytes:
                 raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
                                             f" max_message_bytes={self.max_bytes}")
@@ -129,32 +142,32 @@ class Sending:
                                         f" max_message_bytes={self.max_bytes}")
         if type(to) is not str or not to:
             raise ValueError(f"recipient must be a peer id, got {to!r}")
-        entry = self.directory.get(to)
+        entry = self._entry_of(to)
         if entry is None and self.directory.foreign_environment(to) is not None:
             raise WrongEnvironmentError(
                 f"peer {to} is in environment {self.directory.foreign_environment(to)!r},"
                 f" not {self.environment!r}: not sending to it")
         ts = self.clock_ms()
         mid = f"{self._id_prefix}{next(self._seq)}"
-        if (durability == "log" and mt.persistent and not self.outbox.lanes.busy(to)
+        if (durability == "log" and mt.persistent and not self._busy(to)
                 and (entry is None or (entry.persistent and not self._alive(entry, ts)))):
             # the common case without direct delivery: encode and append, nothing queued
-            value = self._send_encoder.encode(mid, to, mt.name, payload, ts)
+            value = self._encode_send(mid, to, mt.name, payload, ts)
             if len(value) > self.max_bytes:
                 raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
                                             f" max_message_bytes={self.max_bytes}")
-            self.flight.acquire(timeout)
+            self._acquire(timeout)
             self.sent += 1
             if not track:
-                self.outbox.append_now(to, value, self._posted_cb)
+                self._append_now(to, value, self._posted_cb)
                 return mid
             handle = Delivery(mid, 1, self._release)
-            self.outbox.append_now(to, value, handle)
+            self._append_now(to, value, handle)
             return handle
         handle = Delivery(mid, 1, self._release)
         item = self._item(to, mt, payload, mid, ts, durability, handle, False)
         assert item is not None
-        self.flight.acquire(timeout)
+        self._acquire(timeout)
         self.sent += 1
         if item.direct is None:
             self.outbox.put_logged(to, item)
@@ -165,7 +178,7 @@ class Sending:
     def _posted(self, err: Any, msg: Any) -> None:
         """The shared Kafka callback of :meth:`post`."""
         if err is not None:
-            with self._ack_lock:
+            with self._post_lock:
                 self._post_failed += 1
                 if self._post_first_error is None:
                     self._post_first_error = (f"{msg.topic()}[{msg.partition()}]: "
@@ -174,11 +187,10 @@ class Sending:
 
     def check_posted(self) -> None:
         """Raise :class:`DeliveryError` for posts Kafka refused since the last check."""
-        with self._ack_lock:
+        with self._post_lock:
             failed, first = self._post_failed, self._post_first_error
             self._post_failed, self._post_first_error = 0, None
         if failed:
-            from tidemark.log.exceptions import DeliveryError
             raise DeliveryError(f"{failed} posted send(s) not acknowledged by Kafka;"
                                 f" first: {first}")
 

@@ -31,8 +31,7 @@ from typing import Any
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.queue_fold import QueueFold, events_of
 from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, Ttl
-from tidemark.peer_client.context import Phase
-from tidemark.peer_client.core import RUNNING
+from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.exceptions import PeerUnreachableError
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tidemark.peer_client.context import Phase
-from tidemark.peer_client.core import RUNNING, PeerCore
+from tidemark.peer_client.context import RUNNING, Phase
+from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.delivery import Delivery
 from tidemark.peer_client.exceptions import DurabilityTimeoutError, PeerStateError
 from tidemark.peer_client.handlers import HandlerRegistry

@@ -1,5 +1,5 @@
 """A replay that starts on what the queues cover, plus the tail read from txlog
-(``peer_client.tail``), delivers what a replay of the whole log would: checked against a
+(``peer_client.replay.tail``), delivers what a replay of the whole log would: checked against a
 model of the queues job (Sends queued, Acks and dead letters remove, DeliveryFailed
 counts, a Purge clears; an Ack before its Send keeps the Send out)."""
 
@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tidemark.peer_client.records import Envelope
-from tidemark.peer_client.tail import Tail
+from tidemark.peer_client.replay.tail import Tail
 
 LIMIT = 3
 

@@ -19,7 +19,7 @@ from tidemark.gossip.replay_rows import (
     queue_entry,
 )
 from tidemark.log.codec import default_codec
-from tidemark.peer_client.replay_entries import EntryReader
+from tidemark.peer_client.replay.entries import EntryReader
 
 C = default_codec()
 entries = queue_entries

@@ -203,7 +203,7 @@ def test_the_ack_batch_encoding_is_the_codecs(peer: str, environment: str, mids:
     for ts in stamps:
         want = CODEC.encode("AckBatch", {"peer": peer, "environment": environment,
                                          "message_ids": mids, "timestamp_ms": ts})
-        assert enc.encode(mids, ts) == core._encode_acks(mids, ts) == want
+        assert enc.encode(mids, ts) == core.acker.encode_acks(mids, ts) == want
         assert CODEC.decode(want).record["message_ids"] == mids
     core.executor.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tidemark.log.codec import MARKER
 from tidemark.peer_client.avro_fast import SendEncoder
 from tidemark.peer_client.records import mark_direct, peer_codec
-from tidemark.peer_client.replay import _mark_suffix
+from tidemark.peer_client.replay.follower import _mark_suffix
 
 
 def test_mark_suffix_is_the_end_of_a_marked_send() -> None:

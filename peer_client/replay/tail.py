@@ -10,7 +10,7 @@ records of that stretch (they share the peer's key, so its partition) and
 :meth:`Tail.admit` applies them to what the replay and the handover are about to deliver,
 as the queues job would have: acked ids are not delivered, dead-lettered ones neither, a
 purge removes every Send logged before it, and a delivery count includes the failures of the
-tail. Pure: the reading is :func:`tidemark.peer_client.replay.read_tail`.
+tail. Pure: the reading is :func:`tidemark.peer_client.replay.replayer.read_tail`.
 
 An Ack can precede its Send in txlog (the recipient handled a direct delivery and acked it
 before the sender appended the Send, which it does after the receipt). So the acks of a
