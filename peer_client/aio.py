@@ -84,7 +84,7 @@ class AsyncPeer:
     async def start(self) -> "AsyncPeer":
         """Start on the running loop (which then runs the ``async def`` handlers)."""
         loop = asyncio.get_running_loop()
-        self.sync._executor.set_loop(loop)
+        self.sync._wiring.executor.set_loop(loop)
         await loop.run_in_executor(None, self.sync.start)
         return self
 

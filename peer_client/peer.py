@@ -11,12 +11,13 @@ refuse new messages, let in-flight sends confirm and handlers finish, flush acks
 down. Threads: handlers (a bounded pool; ``async def`` handlers on an event loop), gRPC
 server and client callbacks, one housekeeping thread (Kafka callbacks, ack linger,
 heartbeats, dead peers), the directory follower, one waiter per partition for quorum/all.
+All of that is the peer's :class:`~tidemark.peer_client.wiring.Wiring`; the test double runs
+this same class over in-memory ports (``wiring=``, see :mod:`tidemark.peer_client.testing`).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -25,18 +26,16 @@ from tidemark.log.settings import Settings, load_settings
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.delivery import Delivery
-from tidemark.peer_client.direct import DirectClient, DirectServer
 from tidemark.peer_client.directory import PeerEntry
 from tidemark.peer_client.exceptions import (
     PeerStateError,
     PeerUnreachableError,
     WrongEnvironmentError,
 )
-from tidemark.peer_client.executor import ThreadExecutor
-from tidemark.peer_client.kafka_io import DirectoryFollower, KafkaLog
 from tidemark.peer_client.metrics import MetricsServer, PeerCollector
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.ports import StabilityPort
+from tidemark.peer_client.wiring import KafkaWiring, Wiring
 
 __all__ = ["Peer", "Replayer"]
 
@@ -64,32 +63,30 @@ def check_environment(peer_id: str, environment: str | None, settings: Settings)
 
 
 class Peer:
-    """A peer of the bus; a context manager (``with Peer(...) as peer``)."""
+    """A peer of the bus; a context manager (``with Peer(...) as peer``).
+
+    ``wiring`` (default: :class:`~tidemark.peer_client.wiring.KafkaWiring` over ``settings``
+    and ``stability``) is what the peer runs over; the test double gives in-memory ports."""
 
     def __init__(self, peer_id: str, environment: str | None = None,
                  settings: Settings | None = None, options: PeerOptions | None = None, *,
-                 stability: StabilityPort | None = None, replayer: Replayer | None = None
-                 ) -> None:
+                 stability: StabilityPort | None = None, replayer: Replayer | None = None,
+                 wiring: Wiring | None = None) -> None:
         self.settings = settings or load_settings()
         self.options = options or PeerOptions()
         env = check_environment(peer_id, environment, self.settings)
-        self._kafka = KafkaLog(self.settings)
-        self._direct = DirectClient(self.options.direct_timeout_ms)
-        self._executor = ThreadExecutor(self.options.workers, name=peer_id)
-        if stability is None:
-            from tidemark.peer_client.stability import ReplicaStability
-            stability = ReplicaStability(self.settings, self.options.durability_timeout_ms,
-                                         peer=(peer_id, env))
-        self.stability = stability
+        if wiring is None:
+            wiring = KafkaWiring(peer_id, env, self.settings, self.options, stability)
+        self._wiring = wiring
+        self._blocking = wiring.blocking
+        self.stability = wiring.stability
         self.replayer = replayer
-        self._core = PeerCore(peer_id, env, self.options, log_port=self._kafka,
-                             direct=self._direct, directory_port=self._kafka,
-                             stability=stability, executor=self._executor,
-                             max_message_bytes=self.settings.max_message_bytes)
-        self._server: DirectServer | None = None
-        self._follower: DirectoryFollower | None = None
-        self._stop = threading.Event()
-        self._house: threading.Thread | None = None
+        self._core = PeerCore(peer_id, env, self.options, log_port=wiring.log,
+                             direct=wiring.direct, directory_port=wiring.directory,
+                             stability=wiring.stability, executor=wiring.executor,
+                             max_message_bytes=wiring.max_message_bytes,
+                             clock_ms=wiring.clock_ms)
+        wiring.bind(self._core)
         self._metrics: MetricsServer | None = None
 
     # ---- identity --------------------------------------------------------------------------
@@ -166,28 +163,24 @@ class Peer:
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> "Peer":
         """Serve, read the directory, register, replay (once available), go live."""
-        core, opts = self._core, self.options
+        core, opts, wiring = self._core, self.options, self._wiring
         if core.phase is not Phase.CREATED:
             raise PeerStateError(f"peer {self.peer_id} is {core.phase.value}: create a new"
                                  f" Peer to start again")
         try:
             core.set_phase(Phase.STARTING)  # opens the persisted dedup store, if configured
-            self._server = DirectServer(opts.bind, core.receive_bytes, status=self.status,
-                                        environment=self.environment)
+            endpoint = wiring.serve(self.status)
             if opts.metrics_bind is not None:
                 self._metrics = MetricsServer(PeerCollector(self.status), opts.metrics_bind)
-            core.endpoint = opts.advertise or self._server.endpoint
-            self._follower = DirectoryFollower(self.settings, core.on_directory)
-            self._follower.read_to_end(opts.start_timeout_s)
+            core.endpoint = endpoint
+            wiring.read_directory(opts.start_timeout_s)
             core.check_duplicate(self._probe)
-            self._house = threading.Thread(target=self._housekeeping, daemon=True,
-                                           name=f"{self.peer_id}-house")
-            self._house.start()
+            wiring.start_housekeeping()
             if self.replayer is not None:
                 core.begin_replay()  # before registering: hold back the first live messages
             core.publish_descriptor(True)
-            self._kafka.flush(opts.start_timeout_s)
-            self._follower.start()
+            wiring.log.flush(opts.start_timeout_s)
+            wiring.follow_directory()
             if self.replayer is not None:
                 core.end_replay(handover=self.replayer.run(core))
             else:
@@ -195,6 +188,7 @@ class Peer:
         except BaseException as exc:
             self._abort_start(exc)
             raise
+        self._settle()
         log.info("peer %s up in %s at %s (incarnation %s)", self.peer_id, self.environment,
                  self.endpoint, self.incarnation)
         return self
@@ -239,13 +233,14 @@ class Peer:
             if not abandon and not core.flight.wait_empty(t):
                 log.warning("peer %s: %d send(s) still unconfirmed at stop", self.peer_id,
                             core.flight.in_flight)
-            if not self._executor.drain(t):
+            executor = self._wiring.executor
+            if not executor.drain(t):
                 log.warning("peer %s: %d handler(s) still running at stop", self.peer_id,
-                            self._executor.active)
+                            executor.active)
                 core.inbox.abandon()  # what has not started yet never will
             core.flush_acks()
             core.publish_descriptor(False)
-            self._kafka.flush(t)
+            self._wiring.log.flush(t)
         except Exception as exc:  # noqa: BLE001 - the store must still close, in order
             log.warning("peer %s: stopping: %s", self.peer_id, exc)
         finally:
@@ -253,51 +248,25 @@ class Peer:
             self._close()
 
     def _close(self) -> None:
-        self._stop.set()
-        if self._house is not None:
-            self._house.join(5)
-        for closer in (getattr(self.replayer, "close", None),
-                       getattr(self._follower, "close", None),
-                       getattr(self._server, "stop", None), self._direct.close,
-                       getattr(self._metrics, "close", None),
-                       getattr(self.stability, "close", None), self._executor.close):
+        self._wiring.halt()
+        for closer in (getattr(self.replayer, "close", None), self._wiring.close,
+                       getattr(self._metrics, "close", None)):
             if closer is not None:
                 try:
                     closer()
                 except Exception as exc:  # noqa: BLE001 - close the rest anyway
                     log.debug("closing: %s", exc)
-        self._follower, self._server, self._metrics = None, None, None
+        self._metrics = None
 
     def _probe(self, endpoint: str) -> str | None:
         batch = self._core.encode_record("DirectBatch", {
             "sender": self.peer_id, "sender_incarnation": self.incarnation,
             "recipient": self.peer_id, "environment": self.environment, "messages": []})
         try:
-            receipt = self._direct.call(endpoint, batch, timeout=2.0)
+            receipt = self._wiring.call(endpoint, batch, 2.0)
         except PeerUnreachableError:
             return None
         return receipt["incarnation"] if receipt.get("recipient") == self.peer_id else None
-
-    def _housekeeping(self) -> None:
-        tick_s, next_tick = self.options.tick_ms / 1000, 0.0
-        poll, tick, outbox = self._kafka.poll, self._core.tick, self._core.outbox
-        served = outbox.served
-        while not self._stop.is_set():
-            if outbox.served != served:
-                # a sender appending fast serves the delivery callbacks itself (every 512
-                # appends): polling beside it only takes the interpreter lock from it
-                # (docs/peer_client.md, "bench send and the housekeeping thread")
-                served = outbox.served
-                self._stop.wait(tick_s)
-            else:
-                poll(tick_s)
-            now = time.monotonic()
-            if now >= next_tick:
-                next_tick = now + tick_s
-                try:
-                    tick()
-                except Exception:  # noqa: BLE001 - keep ticking
-                    log.exception("peer %s housekeeping failed", self.peer_id)
 
     def __enter__(self) -> "Peer":
         if self._core.phase is Phase.CREATED:
@@ -312,7 +281,9 @@ class Peer:
                     timeout: float | None = None) -> Delivery:
         """Queue a point-to-point send; the :class:`Delivery` completes once it holds at
         ``durability``. Blocks only while the flight size is reached (``timeout``)."""
-        return self._core.send(to, message, durability, timeout)
+        handle = self._core.send(to, message, durability, self._timeout(timeout))
+        self._settle()
+        return handle
 
     def send(self, to: str, message: Any, durability: str = "log",
              timeout: float | None = None) -> str:
@@ -320,31 +291,46 @@ class Peer:
         acknowledged the Send), ``quorum`` (a majority of the partition's replicas applied
         it) or ``all`` (the stable cut covers it). A persistent message to a peer that is
         down or unreachable is logged and replayed to it later: no error."""
-        return self._core.send(to, message, durability, timeout).result(timeout)
+        return self.send_nowait(to, message, durability, timeout).result(self._timeout(timeout))
 
     def post(self, to: str, message: Any, durability: str = "log",
              timeout: float | None = None) -> str:
         """Fire and forget: queue a send and return its message id at once, with no handle
         (the fastest way to send many messages). :meth:`flush` waits for every one and
         raises :class:`~tidemark.log.exceptions.DeliveryError` if Kafka refused any."""
-        return self._core.post(to, message, durability, timeout)
+        if self._blocking:
+            return self._core.post(to, message, durability, timeout)
+        mid = self._core.post(to, message, durability, 0.0)
+        self._wiring.settle()
+        return mid
 
     def publish_nowait(self, message: Any, durability: str = "log",
                        timeout: float | None = None) -> Delivery:
         """Queue a publish to every subscriber of the message's type."""
-        return self._core.publish(message, durability, timeout)
+        handle = self._core.publish(message, durability, self._timeout(timeout))
+        self._settle()
+        return handle
 
     def publish(self, message: Any, durability: str = "log",
                 timeout: float | None = None) -> str:
         """Publish and return the message id once ``durability`` holds for every subscriber."""
-        return self._core.publish(message, durability, timeout).result(timeout)
+        return self.publish_nowait(message, durability, timeout).result(self._timeout(timeout))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every send so far is confirmed; False at the deadline. Raises
         :class:`~tidemark.log.exceptions.DeliveryError` if Kafka refused a posted send."""
-        done = self._core.flight.wait_empty(timeout)
+        done = self._core.flight.wait_empty(self._timeout(timeout))
         self._core.check_posted()
         return done
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        """How long a call may wait: 0 when nothing completes while this thread waits."""
+        return timeout if self._blocking else 0.0
+
+    def _settle(self) -> None:
+        """Let the work a call started happen, when no other thread does it."""
+        if not self._blocking:
+            self._wiring.settle()
 
     def subscribers(self, message_cls: type) -> list[str]:
         """Peers whose directory entry subscribes to ``message_cls``."""

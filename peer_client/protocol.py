@@ -1,7 +1,7 @@
 """What every kind of peer offers, as :class:`typing.Protocol` s: an application annotates "a
-peer" once and runs with :class:`~tidemark.peer_client.Peer`, with
-:class:`~tidemark.peer_client.AsyncPeer` or, in its tests, with the test double
-(:meth:`tidemark.peer_client.testing.TestBus.peer`).
+peer" once and runs with :class:`~tidemark.peer_client.Peer` (on Kafka, or in its tests on
+the in-memory :class:`tidemark.peer_client.testing.TestBus`) or with
+:class:`~tidemark.peer_client.AsyncPeer`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ __all__ = ["PeerLike", "SyncPeer"]
 
 @runtime_checkable
 class PeerLike(Protocol):
-    """Identity, phase and handler registration: ``Peer``, ``AsyncPeer`` and ``TestPeer``."""
+    """Identity, phase and handler registration: ``Peer`` (real or on the test bus) and
+    ``AsyncPeer``."""
 
     @property
     def peer_id(self) -> str:
@@ -39,7 +40,7 @@ class PeerLike(Protocol):
 
 @runtime_checkable
 class SyncPeer(PeerLike, Protocol):
-    """The blocking API: ``Peer`` and the test double's ``TestPeer``."""
+    """The blocking API: ``Peer``, on Kafka or on the test bus."""
 
     def stop(self) -> None:
         """Stop: finish the handlers running, flush acks, deregister."""
@@ -60,12 +61,11 @@ class SyncPeer(PeerLike, Protocol):
         """Send to every subscriber; a handle that completes at ``durability``."""
 
 
-if TYPE_CHECKING:  # mypy checks that the three kinds of peer satisfy the protocols
+if TYPE_CHECKING:  # mypy checks that both kinds of peer satisfy the protocols
     from tidemark.peer_client.aio import AsyncPeer
     from tidemark.peer_client.peer import Peer
-    from tidemark.peer_client.testing_peer import TestPeer
 
-    def _conforms(peer: Peer, double: TestPeer, aio: AsyncPeer) -> None:
-        blocking: list[SyncPeer] = [peer, double]
-        every: list[PeerLike] = [peer, double, aio]
+    def _conforms(peer: Peer, aio: AsyncPeer) -> None:
+        blocking: list[SyncPeer] = [peer]
+        every: list[PeerLike] = [peer, aio]
         del blocking, every

@@ -6,8 +6,9 @@ for one of them. Each incarnation of B replays its queue, the handler fails, the
 appends DeliveryFailed; the handler sees the message exactly ``limit`` times across restarts
 (with ``ctx.delivery_count`` 0, 1, 2), never again after that; ``tidemark deadletter list``
 shows it, and after ``tidemark deadletter replay`` the next incarnation sees it once more,
-with its count reset. The same scenario on the test double (:class:`TestBus`, the queues
-job's own model in memory) gives the same deliveries and the same dead letter.
+with its count reset. The scenario is written once and runs on
+``TestBus(with_real=True)`` (the real stack) and on the test double (:class:`TestBus`, the
+queues job's own model in memory): the same deliveries and the same dead letter.
 """
 
 from __future__ import annotations
@@ -16,18 +17,16 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 from test_replica_support import replicas_and_job
 
-from tests.support import wait_for
 from tidemark.log.settings import Settings
 from tidemark.peer_client import MessageContext, message
 from tidemark.peer_client.context import Phase
-from tidemark.peer_client.peer import Peer
-from tidemark.peer_client.replay import ReplicaReplayer
+from tidemark.peer_client.testing import TestBus
 from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
@@ -80,74 +79,68 @@ def _cli(settings: Settings, *args: str) -> str:
     return out.stdout
 
 
-def _incarnation(s: LocalStack, job: JobProcess, seen: Handler, poison_deliveries: int,
-                 ) -> dict:
+def _incarnation(bus: TestBus, seen: Handler, poison_deliveries: int,
+                 applied: Callable[[], None]) -> dict:
     """Start B, wait until it is normal and its handler saw the poison ``poison_deliveries``
-    times, stop it, wait until the job applied everything B appended; B's status."""
-    settings = s.settings()
-    b = Peer("B", None, settings, replayer=ReplicaReplayer(settings))
+    times, stop it, wait until the queues ``applied`` everything B appended; B's status."""
+    b = bus.peer("B", start=False)
     b.handler(Job)(seen)
     with b:
         assert b.phase is Phase.NORMAL
-        wait_for(lambda: len(seen.of(POISON)) >= poison_deliveries, 120, 0.05,
-                 f"B's handler seeing the poison {poison_deliveries} times")
-        wait_for(lambda: b.status()["replay"]["stage"] == "normal", 60, 0.05, "B normal")
+        bus.wait_until(lambda: len(seen.of(POISON)) >= poison_deliveries, 120,
+                       f"B's handler seeing the poison {poison_deliveries} times")
+        bus.wait_until(lambda: b.status()["replay"]["stage"] == "normal", 60, "B normal")
         st = b.status()
-    try:
-        job.wait_for_progress(240.0)
-    except QueuesError as exc:
-        pytest.fail(str(exc))
+    applied()
     return st
+
+
+def _scenario(bus: TestBus, applied: Callable[[], None]) -> tuple[Handler, dict]:
+    """A posts ten Jobs while B is down, B starts ``LIMIT + 1`` times: the poison comes back
+    ``LIMIT`` times, then never; what B's handler saw, and B's last status."""
+    with bus.peer("A") as a:
+        for i in range(10):
+            a.post("B", Job(i))
+        assert a.flush(60)
+    seen = Handler()
+    for k in range(1, LIMIT + 2):
+        st = _incarnation(bus, seen, min(k, LIMIT), applied)
+        assert seen.count() == 10 + min(k, LIMIT) - 1, "only the poison comes back"
+    return seen, st
 
 
 def test_always_failing_handler_is_dead_lettered_after_limit(
         stack: tuple[LocalStack, JobProcess]) -> None:
     s, job = stack
     settings = s.settings()
-    with Peer("A", None, settings) as a:
-        for i in range(10):
-            a.post("B", Job(i))
-        assert a.flush(60)
-    seen = Handler()
-    for k in range(1, LIMIT + 1):
-        st = _incarnation(s, job, seen, k)
-        assert seen.count() == 10 + (k - 1), "only the poison comes back"
-    assert [(c, r) for _, c, r, _ in seen.of(POISON)] == [(0, True), (1, True), (2, True)]
-    # the next incarnation has nothing to replay: the message is in deadletter now
-    st = _incarnation(s, job, seen, LIMIT)
+
+    def applied() -> None:
+        try:
+            job.wait_for_progress(240.0)
+        except QueuesError as exc:
+            pytest.fail(str(exc))
+
+    with TestBus(settings.environment, with_real=True, settings=settings) as real:
+        seen, st = _scenario(real, applied)
+    poison = [(c, r) for _, c, r, _ in seen.of(POISON)]
+    assert poison == [(0, True), (1, True), (2, True)]
+    # the last incarnation had nothing to replay: the message is in deadletter now
     assert st["replayed"] == 0, st
-    assert len(seen.of(POISON)) == LIMIT and seen.count() == 10 + LIMIT - 1
     listed = json.loads(_cli(settings, "deadletter", "list", "--json", "--peer", "B"))
     (letter,) = [x for x in listed if x["kind"] == "delivery"]
     assert letter["count"] == LIMIT and letter["sender"] == "A"
     assert "job 5 is poison" in letter["reason"]
     mid = seen.of(POISON)[0][3]
     assert letter["message_id"] == mid
-    assert _on_the_test_double(settings.environment) == (
-        [(c, r) for _, c, r, _ in seen.of(POISON)], [(letter["count"], letter["reason"])])
+    with TestBus(settings.environment, delivery_limit=LIMIT) as double:
+        seen_double, st_double = _scenario(double, lambda: None)
+        letters = [(x["delivery_count"], x["reason"]) for x in double.dead_letters("B")]
+    assert [(c, r) for _, c, r, _ in seen_double.of(POISON)] == poison
+    assert st_double["replayed"] == 0 and letters == [(letter["count"], letter["reason"])]
     _cli(settings, "deadletter", "replay", mid)       # while B is down
-    _incarnation(s, job, seen, LIMIT + 1)
+    with TestBus(settings.environment, with_real=True, settings=settings) as real:
+        _incarnation(real, seen, LIMIT + 1, applied)
     last = seen.of(POISON)[-1]
     assert len(seen.of(POISON)) == LIMIT + 1 and last[1] == 0 and last[3] != mid
     assert last[3].startswith(mid + "~replay-")
     assert job.alive, job.log_tail()
-
-
-def _on_the_test_double(environment: str) -> tuple[list[tuple[int, bool]], list[tuple[int, str]]]:
-    """The scenario above on :class:`TestBus`: A posts ten Jobs while B is down, B starts
-    ``LIMIT + 1`` times; B's poison deliveries (count, replay) and B's dead letters (count,
-    reason)."""
-    from tidemark.peer_client.testing import TestBus
-
-    bus = TestBus(environment=environment, delivery_limit=LIMIT)
-    a = bus.peer("A")
-    for i in range(10):
-        a.post("B", Job(i))
-    seen = Handler()
-    for _ in range(LIMIT + 1):
-        b = bus.peer("B", start=False)
-        b.handler(Job)(seen)
-        b.start()
-        b.stop()
-    return ([(c, r) for _, c, r, _ in seen.of(POISON)],
-            [(x["delivery_count"], x["reason"]) for x in bus.dead_letters("B")])

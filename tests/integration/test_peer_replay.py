@@ -21,6 +21,7 @@ from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, mess
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.peer import Peer
 from tidemark.peer_client.replay import ReplicaReplayer
+from tidemark.peer_client.wiring import KafkaWiring
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
 
@@ -195,8 +196,9 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
         d1.start()
         a.wait_for_peer("D")
         old = a._core.peer("D").incarnation
-        assert a._follower is not None
-        a._follower.close()                       # A's view is frozen from here on
+        wiring = a._wiring
+        assert isinstance(wiring, KafkaWiring) and wiring.follower is not None
+        wiring.follower.close()                   # A's view is frozen from here on
         frozen_at = time.monotonic()
         for i in range(100):
             a.send("D", Tick(i))                  # directly to D1

@@ -190,7 +190,7 @@ def test_batch_handler_annotations() -> None:
 
 def test_live_messages_reach_a_batch_handler_one_at_a_time_on_the_test_bus() -> None:
     bus = TestBus()
-    a, b = bus.peer("A"), bus.peer("B")
+    a, b = bus.peer("A", start=False), bus.peer("B", start=False)
     calls: list[list[int]] = []
 
     @b.batch_handler

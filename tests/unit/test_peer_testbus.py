@@ -1,5 +1,5 @@
-"""The peer core through the in-memory test double: send, publish, acks, failures, crashes,
-duplicates, restarts, environments, flight size, bad input."""
+"""The real ``Peer`` over the in-memory test double: send, publish, acks, failures, crashes,
+duplicates, restarts, environments, flight size, bad input, and what ``with_real`` refuses."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tidemark.log.settings import Settings
 from tidemark.peer_client import MessageContext, PeerOptions, message
 from tidemark.peer_client.exceptions import (
     DuplicatePeerError,
@@ -18,7 +19,7 @@ from tidemark.peer_client.exceptions import (
     PeerUnreachableError,
     WrongEnvironmentError,
 )
-from tidemark.peer_client.testing import SimulatedCrash, TestBus
+from tidemark.peer_client.testing import RealStackError, SimulatedCrash, TestBus
 
 
 @message("tests.peer.OrderPlaced")
@@ -291,3 +292,24 @@ def test_dead_peer_detection_by_heartbeat() -> None:
     assert not a._core.directory.is_alive("B", bus.now_ms())
     a.send("B", OrderPlaced("o", 1))  # logged only, no direct attempt
     assert a.stats.get("direct_failed", 0) == 0 and bus.unacked("B")
+
+
+def test_wait_until_runs_the_queue_and_names_what_did_not_happen() -> None:
+    bus = TestBus(auto_run=False)
+    a, b = bus.peer("A"), bus.peer("B")
+    seen = _collect(b)
+    a.send("B", OrderPlaced("o-1", 1))
+    assert not seen
+    bus.wait_until(lambda: len(seen) == 1)
+    with pytest.raises(TimeoutError, match="two orders: not so once the test bus is idle"):
+        bus.wait_until(lambda: len(seen) == 2, what="two orders")
+
+
+def test_with_real_needs_settings_and_refuses_what_only_memory_has() -> None:
+    with pytest.raises(ValueError, match="settings"):
+        TestBus(with_real=True)
+    real = TestBus(with_real=True, settings=Settings(bootstrap="127.0.0.1:1"))
+    for call in (lambda: real.crash("B"), lambda: real.advance(1), real.stall_replicas,
+                 lambda: real.dead_letters("B"), lambda: real.sends(), lambda: real.acks()):
+        with pytest.raises(RealStackError, match="needs the in-memory bus"):
+            call()
