@@ -11,8 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tidemark.peer_client.ack_encoding import chunks
-from tidemark.peer_client.acks import AckBatcher
+from tidemark.peer_client.acks import AckBatcher, chunks
 from tidemark.peer_client.ports import LogPort
 from tidemark.peer_client.records import Envelope
 

@@ -3,13 +3,20 @@
 An ack is added after its handler returns. A batch is due when it holds ``max_batch`` acks,
 or when its oldest ack has waited ``linger_ms``; :meth:`AckBatcher.drain` hands over the rest
 at stop. Every added ack comes out of exactly one returned batch, in the order added.
+:func:`chunks` cuts a long run of ids into AckBatch records that stay far below Kafka's
+record limit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["AckBatcher"]
+__all__ = ["AckBatcher", "chunks", "MAX_BATCH_BYTES"]
+
+#: An AckBatch's ids stay below about this many characters (4 bytes each at most in
+#: UTF-8: below Kafka's default 1 MiB record limit).
+MAX_BATCH_BYTES = 128 * 1024
 
 T = TypeVar("T")
 
@@ -69,3 +76,17 @@ class AckBatcher(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def chunks(ids: Sequence[str], max_ids: int,
+           max_bytes: int = MAX_BATCH_BYTES) -> Iterator[Sequence[str]]:
+    """``ids`` in order, cut into runs of at most ``max_ids`` ids and about ``max_bytes``."""
+    start, size = 0, 0
+    for i, mid in enumerate(ids):
+        n = len(mid) + 2
+        if i > start and (i - start >= max_ids or size + n > max_bytes):
+            yield ids[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(ids):
+        yield ids[start:]

@@ -14,11 +14,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tidemark.log.codec import MARKER
-from tidemark.peer_client.ack_encoding import AckBatchEncoder
+from tidemark.log.wire import MARKER, AckBatchEncoder, SendEncoder
 from tidemark.peer_client.acking import Acking
 from tidemark.peer_client.acks import AckBatcher
-from tidemark.peer_client.avro_fast import SendEncoder
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms

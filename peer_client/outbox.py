@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidemark.log.wire import mark_direct
 from tidemark.peer_client.delivery import Delivery
 from tidemark.peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
 from tidemark.peer_client.lanes import KeyedLanes
 from tidemark.peer_client.options import LOG
 from tidemark.peer_client.ports import DirectPort, LogPort, StabilityPort
-from tidemark.peer_client.records import mark_direct, peer_codec
+from tidemark.peer_client.records import peer_codec
 
 __all__ = ["OutItem", "Outbox"]
 

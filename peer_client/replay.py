@@ -38,14 +38,12 @@ from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.service import ReplicaClient
-from tidemark.log.codec import MARKER
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError, LogError
-from tidemark.log.fast_decoder import RecordReader
 from tidemark.log.offsets import end_offsets
 from tidemark.log.registry import env_value
 from tidemark.log.settings import Settings
-from tidemark.peer_client.avro_fast import length_bytes
+from tidemark.log.wire import MARKER, RecordReader, direct_mark
 from tidemark.peer_client.core import RUNNING, PeerCore
 from tidemark.peer_client.exceptions import ReplayDeniedError
 from tidemark.peer_client.records import Envelope, peer_codec
@@ -59,12 +57,6 @@ log = logging.getLogger("peer_client.replay")
 
 class ReplayFailedError(RuntimeError):
     """No replica could complete the replay of this peer's queue."""
-
-
-def _mark_suffix(incarnation: str) -> bytes:
-    """The last bytes of a Send marked as delivered directly to ``incarnation``."""
-    raw = incarnation.encode("utf-8")
-    return b"\x02" + length_bytes(len(raw)) + raw
 
 
 def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end: int,
@@ -144,7 +136,7 @@ class TxlogFollower:
                  on_forward: Callable[[int], None]) -> None:
         self.core, self.partition, self.position = core, partition, start
         self._key = core.peer_id.encode("utf-8")
-        self._mark = _mark_suffix(core.incarnation)
+        self._mark = direct_mark(core.incarnation)
         self._codec = peer_codec()
         self._reader = RecordReader(self._codec, ("Send",))
         self._on_forward = on_forward
