@@ -14,8 +14,8 @@ from typing import Any
 from tidemark.gossip.exceptions import GossipError
 from tidemark.gossip.interval_map import IntervalMap
 from tidemark.gossip.stable_cut import ReplicaView
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import CodecError
+from tidemark.log.wire import default_codec
 
 __all__ = ["PartitionRanges", "NodeState", "cut_entries", "cut_from_entries"]
 

@@ -11,11 +11,11 @@ partition, node: sent once pinned, before the queues are awaited), ``W`` + JSON
 (``queue_progress``, ``barrier``, ``waited_ms``: about every second while the queues have
 not reached the barrier), ``E`` + ``>III`` (batch number, unacked when the batch started,
 unacked after this message) + records ``>QI`` (txlog offset, length) + the entry as stored
-(its replay row, :mod:`tidemark.gossip.replay_rows`, or QueueEntry bytes), and a last ``C`` + JSON
-(``replay complete up to barrier B``), after which the replica keeps the call open until
-the peer closes its side. Errors end the stream with a gRPC status whose trailing metadata
-``tidemark-error`` names the :mod:`tidemark.gossip.exceptions` class. :class:`ReplayStream` is the
-peer's handle on one replay.
+(its replay row, :mod:`tidemark.log.wire.replay_rows`, or QueueEntry bytes), and a last
+``C`` + JSON (``replay complete up to barrier B``), after which the replica keeps the call
+open until the peer closes its side. Errors end the stream with a gRPC status whose trailing
+metadata ``tidemark-error`` names the :mod:`tidemark.gossip.exceptions` class.
+:class:`ReplayStream` is the peer's handle on one replay.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def request_peer(first: bytes | None) -> str | None:
 
 class ReplayEntry(NamedTuple):
     """One replayed queue entry: its txlog offset and the entry as stored, a replay row
-    (:mod:`tidemark.gossip.replay_rows`) or QueueEntry bytes
-    (:func:`tidemark.gossip.replay_rows.entry_record` reads both)."""
+    (:mod:`tidemark.log.wire.replay_rows`) or QueueEntry bytes
+    (:func:`tidemark.log.wire.replay_rows.entry_record` reads both)."""
 
     offset: int
     value: bytes

@@ -8,11 +8,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from tidemark.log.codec import Codec, Decoded, default_codec
 from tidemark.log.exceptions import CodecError, LogError
 from tidemark.log.offsets import watermarks
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
+from tidemark.log.wire import Codec, Decoded, default_codec
 
 __all__ = ["LogConsumer", "DeadLetterWriter", "decode_or_deadletter", "read_to_end"]
 

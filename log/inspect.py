@@ -6,11 +6,11 @@ import logging
 import sys
 from collections import Counter
 
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError, TidemarkError
 from tidemark.log.offsets import watermarks
 from tidemark.log.settings import Settings, load_settings
+from tidemark.log.wire import default_codec
 
 __all__ = ["count_txlog"]
 

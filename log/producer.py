@@ -8,9 +8,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from tidemark.log.codec import Codec, default_codec
 from tidemark.log.exceptions import DeliveryError, OversizedMessageError
 from tidemark.log.settings import Settings
+from tidemark.log.wire import Codec, default_codec
 
 __all__ = ["LogProducer", "DeliveryCallback"]
 

@@ -3,26 +3,28 @@
 :class:`AckBatcher` decides, with no I/O: an ack is added after its handler returns, and a
 batch is due when it holds ``max_batch`` acks or when its oldest ack has waited
 ``linger_ms``; :meth:`AckBatcher.drain` hands over the rest at stop. Every added ack comes
-out of exactly one returned batch, in the order added. :class:`Acker` is the peer's I/O
-around it: it appends each batch that became due as one AckBatch record (cut by
-:func:`~tidemark.peer_client.ack_encoding.chunks`), and a DeliveryFailed record per failed
-persistent message.
+out of exactly one returned batch, in the order added. :func:`chunks` cuts a long run of ids
+into AckBatch records that stay far below Kafka's record limit. :class:`Acker` is the peer's
+I/O around them: it appends each batch that became due as one AckBatch record, and a
+DeliveryFailed record per failed persistent message.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from tidemark.peer_client.ack_encoding import chunks
 from tidemark.peer_client.ports import LogPort
 from tidemark.peer_client.records import Envelope
 
-__all__ = ["AckBatcher", "Acker"]
+__all__ = ["AckBatcher", "Acker", "chunks", "MAX_BATCH_BYTES"]
 
 log = logging.getLogger("peer_client")
+#: An AckBatch's ids stay below about this many characters (4 bytes each at most in
+#: UTF-8: below Kafka's default 1 MiB record limit).
+MAX_BATCH_BYTES = 128 * 1024
 
 T = TypeVar("T")
 
@@ -82,6 +84,20 @@ class AckBatcher(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def chunks(ids: Sequence[str], max_ids: int,
+           max_bytes: int = MAX_BATCH_BYTES) -> Iterator[Sequence[str]]:
+    """``ids`` in order, cut into runs of at most ``max_ids`` ids and about ``max_bytes``."""
+    start, size = 0, 0
+    for i, mid in enumerate(ids):
+        n = len(mid) + 2
+        if i > start and (i - start >= max_ids or size + n > max_bytes):
+            yield ids[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(ids):
+        yield ids[start:]
 
 
 class Acker:

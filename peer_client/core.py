@@ -9,16 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tidemark.log.codec import MARKER
-from tidemark.peer_client.ack_encoding import AckBatchEncoder
+from tidemark.gossip.pki import Identity
+from tidemark.log.wire import MARKER, AckBatchEncoder, SendEncoder
 from tidemark.peer_client.acks import AckBatcher, Acker
-from tidemark.peer_client.avro_fast import SendEncoder
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms
@@ -27,6 +25,7 @@ from tidemark.peer_client.exceptions import DuplicatePeerError, UnknownPeerError
 from tidemark.peer_client.flight import FlightControl
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.inbox import Inbox, Job
+from tidemark.peer_client.incarnation import new_incarnation, sender_refusal
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.outbox import Outbox
@@ -60,7 +59,11 @@ class PeerCore:
         if not isinstance(environment, str) or not environment:
             raise ValueError(f"environment must be a non-empty string, got {environment!r}")
         self.peer_id, self.environment, self.options = peer_id, environment, options
-        self.incarnation = incarnation or uuid.uuid4().hex[:16]
+        if incarnation is None:  # bound to this peer: see peer_client.incarnation
+            incarnation, self.nonce = new_incarnation(environment, peer_id)
+        else:
+            self.nonce = ""
+        self.incarnation = incarnation
         self.clock_ms = clock_ms
         self.directory_port, self.executor = directory_port, executor
         self.endpoint = ""
@@ -84,7 +87,8 @@ class PeerCore:
                            options.inbox_limit if options.inbox_limit else None,
                            getattr(executor, "submit_many", None), self.acker.ack_many,
                            options.hold_limit, options.hold_bytes)
-        self.outbox = Outbox(peer_id, self.incarnation, environment, log_port, direct, stability,
+        self.outbox = Outbox(peer_id, self.incarnation, self.nonce, environment, log_port,
+                             direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
                              max_message_bytes, self.stats, self._endpoint_of)
         self.sender = Sender(peer_id, environment, self.incarnation, max_message_bytes,
@@ -273,11 +277,22 @@ class PeerCore:
         return entry
 
     # ---- receiving -----------------------------------------------------------------------
-    def receive(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """Take a DirectBatch; returns the DirectReceipt."""
+    def receive(self, batch: dict[str, Any], caller: Identity | None = None
+                ) -> dict[str, Any]:
+        """Take a DirectBatch from ``caller`` (its certificate's identity; None on an
+        insecure transport); returns the DirectReceipt. A refused batch is not lost: its
+        sender appends the messages to the log."""
         out = {"recipient": self.peer_id, "incarnation": self.incarnation,
                "environment": self.environment, "accepted": 0, "error": "", "error_kind": ""}
         sender, env = batch.get("sender", "?"), batch.get("environment")
+        why = None if caller is None else sender_refusal(batch, caller.name,
+                                                          caller.environment)
+        if why is not None:
+            self.stats["forbidden"] += 1
+            log.warning("refused %d message(s) from %s: %s", len(batch.get("messages", ())),
+                        caller, why)
+            out.update(error=f"refused: {why}", error_kind="forbidden")
+            return out
         if env != self.environment:
             self.stats["rejected"] += 1
             log.warning("refused %d message(s) from %s: environment %r, this peer is in %r",
@@ -311,13 +326,13 @@ class PeerCore:
         out["accepted"] = len(messages)
         return out
 
-    def receive_bytes(self, data: bytes) -> bytes:
+    def receive_bytes(self, data: bytes, caller: Identity | None = None) -> bytes:
         """:meth:`receive` on an encoded DirectBatch; the encoded receipt."""
         try:
             decoded = self._codec.decode(data)
             if decoded.name != "DirectBatch":
                 raise ValueError(f"expected DirectBatch, got {decoded.name}")
-            receipt = self.receive(decoded.record)
+            receipt = self.receive(decoded.record, caller)
         except Exception as exc:  # noqa: BLE001 - a bad request is answered, never fatal
             self.stats["bad_requests"] += 1
             receipt = {"recipient": self.peer_id, "incarnation": self.incarnation,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["new_incarnation", "incarnation_of", "ids_owned"]
+__all__ = ["new_incarnation", "incarnation_of", "ids_owned", "sender_refusal"]
 
 
 def incarnation_of(environment: str, peer_id: str, nonce: str) -> str:
@@ -35,3 +37,20 @@ def ids_owned(environment: str, sender: str, incarnation: str, nonce: str,
         return False
     prefix = incarnation + "-"
     return all(i.startswith(prefix) for i in message_ids)
+
+
+def sender_refusal(batch: Mapping[str, Any], caller_peer: str, caller_environment: str
+                   ) -> str | None:
+    """Why a direct ``batch`` from the certified peer ``caller_peer`` of
+    ``caller_environment`` is refused (None: accepted): it claims another sender or
+    environment, or ids that are not under that sender's incarnation."""
+    sender, env = batch.get("sender"), batch.get("environment")
+    if sender != caller_peer or env != caller_environment:
+        return (f"the batch claims sender {sender!r} of {env!r}; the caller's certificate"
+                f" says {caller_peer!r} of {caller_environment!r}")
+    ids = [m["message_id"] for m in batch.get("messages") or ()]
+    if ids and not ids_owned(caller_environment, caller_peer,
+                             str(batch.get("sender_incarnation", "")),
+                             str(batch.get("sender_nonce", "")), ids):
+        return f"message ids not under {caller_peer!r}'s own incarnation"
+    return None

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from tidemark.gossip.tls import Transport
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.records import Envelope
 
@@ -110,6 +111,7 @@ class MemoryWiring:
         self.log = self.directory = MemoryLog(bus)
         self.direct, self.executor = self, self
         self.stability: MemoryWiring | None = self
+        self.transport: Transport | None = None  # no network
         self.max_message_bytes = bus.max_message_bytes
         self.clock_ms: Callable[[], int] = bus.now_ms
         self.blocking = False   #: one thread: a call never waits, the bus runs its work

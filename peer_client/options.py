@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tidemark.gossip.pki import TlsFiles
 from tidemark.peer_client.flight import BLOCK, RAISE
 
 __all__ = ["PeerOptions", "LEVELS", "LOG", "QUORUM", "ALL"]
@@ -40,6 +41,11 @@ class PeerOptions:
     #: folder of the persisted dedup stores (one LevelDB per peer id; see
     #: ``peer_client.dedup_store``); None: the ``TIDEMARK_PEER_DEDUP_DIR`` setting; "": off
     dedup_dir: str | None = None
+    #: this peer's TLS material (trust bundle, certificate, key); None: ``TIDEMARK_TLS_*``, else
+    #: the local stack's CA (see docs/security.md)
+    tls: TlsFiles | None = None
+    #: True: plaintext gRPC, no caller identity (development only; TIDEMARK_INSECURE=1)
+    insecure: bool | None = None
     dedup_ttl_ms: int | None = None      #: persisted ids expire this long after being recorded
     dedup_max_entries: int = 1_000_000  #: ... and beyond this many, oldest first
     durability_timeout_ms: int = 30_000  #: quorum/all: how long a send waits for replicas

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidemark.log.wire import mark_direct
 from tidemark.peer_client.delivery import Delivery
 from tidemark.peer_client.exceptions import PeerUnreachableError, WrongEnvironmentError
 from tidemark.peer_client.lanes import KeyedLanes
 from tidemark.peer_client.options import LOG
 from tidemark.peer_client.ports import DirectPort, LogPort, StabilityPort
-from tidemark.peer_client.records import mark_direct, peer_codec
+from tidemark.peer_client.records import peer_codec
 
 __all__ = ["OutItem", "Outbox"]
 
@@ -43,11 +44,13 @@ class OutItem:
 class Outbox:
     """Per-recipient lanes over a direct port and a log port."""
 
-    def __init__(self, peer_id: str, incarnation: str, environment: str, log_port: LogPort,
+    def __init__(self, peer_id: str, incarnation: str, nonce: str, environment: str,
+                 log_port: LogPort,
                  direct: DirectPort, stability: StabilityPort | None, batch: int,
                  backoff_ms: int, max_bytes: int, stats: dict[str, int],
                  endpoint_of: Callable[[str], str | None]) -> None:
         self.peer_id, self.incarnation, self.environment = peer_id, incarnation, environment
+        self.nonce = nonce  # proves the incarnation is this peer's (peer_client.incarnation)
         self.log, self.direct, self.stability = log_port, direct, stability
         self.batch, self.backoff_ms, self.max_bytes = batch, backoff_ms, max_bytes
         self.stats = stats
@@ -135,7 +138,8 @@ class Outbox:
             return None, PeerUnreachableError(f"peer {to} has no endpoint")
         batch = self._codec.encode("DirectBatch", {
             "sender": self.peer_id, "sender_incarnation": self.incarnation, "recipient": to,
-            "environment": self.environment, "messages": [it.direct for it in group]})
+            "environment": self.environment, "messages": [it.direct for it in group],
+            "sender_nonce": self.nonce})
         state: dict[str, Any] = {"sync": True, "result": None}
         guard = threading.Lock()
 

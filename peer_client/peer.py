@@ -182,6 +182,9 @@ class Peer:
             wiring.log.flush(opts.start_timeout_s)
             wiring.follow_directory()
             if self.replayer is not None:
+                bind = getattr(self.replayer, "bind_transport", None)
+                if bind is not None and self._wiring.transport is not None:
+                    bind(self._wiring.transport)  # replay as this peer, not as an operator
                 core.end_replay(handover=self.replayer.run(core))
             else:
                 core.set_phase(Phase.NORMAL)
@@ -261,7 +264,8 @@ class Peer:
     def _probe(self, endpoint: str) -> str | None:
         batch = self._core.encode_record("DirectBatch", {
             "sender": self.peer_id, "sender_incarnation": self.incarnation,
-            "recipient": self.peer_id, "environment": self.environment, "messages": []})
+            "recipient": self.peer_id, "environment": self.environment, "messages": [],
+            "sender_nonce": self._core.nonce})
         try:
             receipt = self._wiring.call(endpoint, batch, 2.0)
         except PeerUnreachableError:

@@ -1,4 +1,4 @@
-"""The peer client's records: the codec over every schema, and record builders.
+"""The peer client's records: the codec over every schema, and the envelope of a message.
 
 The shared codec knows the peer client's schemas (``DeliveryFailed`` in txlog,
 ``DirectBatch``/``DirectReceipt`` on the direct gRPC path) and accepts records written with
@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidemark.log.codec import Codec, default_codec
-from tidemark.peer_client.avro_fast import length_bytes
+from tidemark.log.wire import Codec, default_codec
 
-__all__ = ["PEER_SCHEMAS", "peer_codec", "mark_direct", "Envelope"]
+__all__ = ["PEER_SCHEMAS", "peer_codec", "Envelope"]
 
 #: The peer client's own schemas (all registered in the shared codec).
 PEER_SCHEMAS = ("DeliveryFailed", "DirectBatch", "DirectReceipt")
@@ -23,16 +22,6 @@ PEER_SCHEMAS = ("DeliveryFailed", "DirectBatch", "DirectReceipt")
 def peer_codec() -> Codec:
     """The process-wide codec: every schema, and the earlier versions of evolved ones."""
     return default_codec()
-
-
-def mark_direct(send_value: bytes, incarnation: str) -> bytes:
-    """An encoded Send (written with ``direct_incarnation`` null) re-marked as delivered
-    directly to ``incarnation``. The field is the schema's last one, so its null branch is
-    the value's last byte."""
-    if not send_value or send_value[-1] != 0:
-        raise ValueError("Send value does not end with a null direct_incarnation")
-    raw = incarnation.encode("utf-8")
-    return b"".join((send_value[:-1], b"\x02", length_bytes(len(raw)), raw))
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidemark.log.exceptions import DeliveryError, OversizedMessageError
-from tidemark.peer_client.avro_fast import SendEncoder
+from tidemark.log.wire import SendEncoder
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.delivery import Delivery
 from tidemark.peer_client.directory import DirectoryCache, PeerEntry

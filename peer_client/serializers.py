@@ -22,9 +22,13 @@ from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from tidemark.log.codec import MARKER, schema_fingerprint
-from tidemark.log.fast_decoder import compile_flat_reader, compile_tuple_reader
-from tidemark.peer_client.avro_fast import compile_object_encoder
+from tidemark.log.wire import (
+    MARKER,
+    compile_flat_reader,
+    compile_object_encoder,
+    compile_tuple_reader,
+    schema_fingerprint,
+)
 from tidemark.peer_client.exceptions import MessageTypeError, PayloadError
 
 __all__ = ["Serializer", "AvroSerializer", "JsonSerializer", "avro_schema_for"]

@@ -16,6 +16,7 @@ import grpc
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.service import ReplicaClient
+from tidemark.gossip.tls import Transport
 from tidemark.log.settings import Settings
 from tidemark.peer_client.confirmations import Confirmations
 from tidemark.peer_client.exceptions import DurabilityTimeoutError, DurabilityUnavailableError
@@ -39,7 +40,7 @@ class ReplicaStability:
     def __init__(self, settings: Settings, timeout_ms: int, round_s: float = 5.0,
                  epoch: Callable[[], Epoch | None] | None = None,
                  peer: tuple[str, str] | None = None, token: str | None = None,
-                 idle_s: float = 30.0) -> None:
+                 idle_s: float = 30.0, transport: Transport | None = None) -> None:
         """``peer`` (peer id, environment) and ``token``: the credential the streams present
         (``ReplicaClient.peer_token``: ``token``, else the process's setting, else one made
         from the cluster secret if this process has it); without ``peer``, ``token``.
@@ -52,7 +53,7 @@ class ReplicaStability:
         self.idle_s = idle_s
         self._epoch_fn = epoch
         self._config: ConfigLog | None = None
-        self._client = ReplicaClient()
+        self._client = ReplicaClient(transport=transport)
         self._cond = threading.Condition()
         self._book = Confirmations()
         self._owners: dict[int, list[str]] = {}

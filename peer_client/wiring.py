@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tidemark.gossip.pki import Identity
+from tidemark.gossip.tls import Transport, resolve_transport
 from tidemark.log.settings import Settings
 from tidemark.peer_client.core import PeerCore, now_ms
 from tidemark.peer_client.direct import DirectClient, DirectServer
@@ -77,6 +79,10 @@ class Wiring(Protocol):
         """Runs the handlers."""
 
     @property
+    def transport(self) -> Transport | None:
+        """This peer's side of mutual TLS (None: no network, as on a TestBus)."""
+
+    @property
     def max_message_bytes(self) -> int:
         """The largest record txlog takes."""
 
@@ -126,16 +132,21 @@ class KafkaWiring:
     def __init__(self, peer_id: str, environment: str, settings: Settings,
                  options: PeerOptions, stability: StabilityPort | None = None) -> None:
         self.settings, self.options = settings, options
+        # mutual TLS as this peer; no material (and not insecure) = no start (fails closed)
+        self.transport: Transport | None = resolve_transport(
+            Identity("peer", peer_id, environment), files=options.tls,
+            insecure=options.insecure)
         self.kafka = KafkaLog(settings)
         self.log: Log = self.kafka
         self.directory: DirectoryPort = self.kafka
-        self.client = DirectClient(options.direct_timeout_ms)
+        self.client = DirectClient(options.direct_timeout_ms, self.transport)
         self.direct: DirectPort = self.client
         self.executor: Workers = ThreadExecutor(options.workers, name=peer_id)
         if stability is None:
             from tidemark.peer_client.stability import ReplicaStability
             stability = ReplicaStability(settings, options.durability_timeout_ms,
-                                         peer=(peer_id, environment))
+                                         peer=(peer_id, environment),
+                                         transport=self.transport)
         self.stability: StabilityPort | None = stability
         self.max_message_bytes = settings.max_message_bytes
         self.clock_ms: Callable[[], int] = now_ms
@@ -158,7 +169,7 @@ class KafkaWiring:
         """Serve gRPC on ``options.bind``; ``options.advertise`` or the bound address."""
         core = self._bound()
         self._server = DirectServer(self.options.bind, core.receive_bytes, status=status,
-                                    environment=core.environment)
+                                    environment=core.environment, transport=self.transport)
         return self.options.advertise or self._server.endpoint
 
     def read_directory(self, timeout_s: float) -> None:

@@ -21,16 +21,20 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
-from tidemark.gossip.replay_rows import encode_row
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError, LogError
 from tidemark.log.settings import Settings
+from tidemark.log.wire import (
+    ACK,
+    PURGE,
+    ack_batch_header,
+    default_codec,
+    encode_row,
+    txlog_scanners,
+)
 from tidemark.replica import queue_index
 from tidemark.replica.batch import Batch
 from tidemark.replica.deadletter import DeadLetters
-from tidemark.replica.fastpath import ACK, PURGE, txlog_scanners
-from tidemark.replica.fastpath_acks import ack_batch_header
 from tidemark.replica.keys import (
     ack_key,
     ack_prefix,
@@ -191,7 +195,7 @@ class Ingestor:
         """Apply one consumed batch in one write batch. Records arrive in runs per
         partition; the per-run state (interval-map run, key prefixes) changes only when the
         partition changes or an offset jumps, and each txlog value is only scanned
-        (:mod:`tidemark.replica.fastpath`), falling back to the full decode when the scan fails."""
+        (:mod:`tidemark.log.wire.scanners`), falling back to the full decode when the scan fails."""
         batch = self.store.batch(self.sync)
         batch.applied_ms = int(time.time() * 1000)
         runs: dict[tuple[str, int], list[int]] = {}

@@ -16,8 +16,8 @@ import logging
 import struct
 from collections.abc import Callable
 
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import CodecError
+from tidemark.log.wire import default_codec
 from tidemark.replica.batch import Batch
 from tidemark.replica.keys import queue_index_key, queue_index_prefix, queue_prefix
 from tidemark.replica.store import Store
@@ -66,8 +66,8 @@ def indexed(batch: Batch, partition: int, key: bytes) -> tuple[str, int] | None:
 def put_entry(batch: Batch, partition: int, key: bytes, value: bytes, peer: str,
               offset: int, row: bytes | None = None) -> None:
     """Upsert QueueEntry ``value`` under ``key`` with its index entry, in ``batch``. The
-    index entry carries ``row`` (the entry's replay row, :mod:`tidemark.gossip.replay_rows`), or the
-    QueueEntry bytes when there is none."""
+    index entry carries ``row`` (the entry's replay row,
+    :mod:`tidemark.log.wire.replay_rows`), or the QueueEntry bytes when there is none."""
     old = indexed(batch, partition, key)
     if old is not None and old != (peer, offset):
         batch.wb.delete(queue_index_key(partition, *old))

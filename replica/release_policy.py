@@ -49,12 +49,20 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import CodecError
+from tidemark.log.wire import (
+    ACK,
+    ACK_BATCH,
+    PURGE,
+    SEND,
+    AckBatchFields,
+    Fields,
+    ack_batch_header,
+    default_codec,
+    txlog_readers,
+)
 from tidemark.replica.batch import Batch
 from tidemark.replica.config import ReleasePolicy
-from tidemark.replica.fastpath import ACK, PURGE, SEND, Fields, txlog_readers
-from tidemark.replica.fastpath_acks import ACK_BATCH, AckBatchFields, ack_batch_header
 from tidemark.replica.gc_state import (
     GcState,
     decode_state,

@@ -46,12 +46,11 @@ from tidemark.gossip.replay import (
     WAITING,
     encode_entries,
 )
-from tidemark.gossip.replay_rows import RowError, queue_entry
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import CodecError
 from tidemark.log.offsets import watermarks
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.settings import Settings
+from tidemark.log.wire import RowError, default_codec, queue_entry
 from tidemark.replica.leases import Leases
 from tidemark.replica.queue_index import read_queue
 from tidemark.replica.store import Store, progress_key

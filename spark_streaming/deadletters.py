@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
+from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.spark_streaming.sink import LETTER_SOURCE
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import LogConsumer, read_to_end
 from tidemark.log.exceptions import CodecError, LogError
 from tidemark.log.offsets import end_offsets, watermarks
 from tidemark.log.queue_state import is_progress_key, split_queue_key
 from tidemark.log.settings import Settings
+from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["QueuesView", "read_queues", "ProgressTracker", "wait_for_progress", "depth_report"]

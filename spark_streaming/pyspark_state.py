@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from tidemark.log.fast_encoder import varint
+from tidemark.log.wire import varint
 from tidemark.spark_streaming.state_layout import KEY_SCHEMA, STATE_NAME, VALUE_SCHEMA
 
 __all__ = ["SparkMaps", "GROUP_BYTES"]

@@ -7,11 +7,11 @@ import os
 import time
 from typing import Any
 
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import CodecError, OversizedMessageError, TidemarkError
 from tidemark.log.producer import LogProducer
 from tidemark.log.queue_state import progress_key, split_queue_key
 from tidemark.log.settings import Settings
+from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.fetch import read_offsets
 from tidemark.spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, OUTPUT_COLUMNS, TOMBSTONE
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tidemark.log.codec import Codec, default_codec
 from tidemark.log.exceptions import CodecError
 from tidemark.log.queue_expiry import expiry_chunks, expiry_reads, plan_expiry
 from tidemark.log.queue_state import (
@@ -44,7 +43,7 @@ from tidemark.log.queue_state import (
     plan_events,
     queue_key,
 )
-from tidemark.spark_streaming.records import RecordReader
+from tidemark.log.wire import Codec, RecordReader, default_codec
 
 if TYPE_CHECKING:  # pandas comes with the [spark] extra; peers and replicas run without it
     import pandas as pd

@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tidemark.log.codec import default_codec
+from tidemark.log.wire import default_codec
 from tidemark.peer_client import MessageContext, message
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.core import PeerCore

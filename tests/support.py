@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError
 from tidemark.log.load import generate_load
@@ -23,6 +22,7 @@ from tidemark.log.offsets import watermarks
 from tidemark.log.queue_fold import QueueFold, events_of
 from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, MAX_ID_BYTES, Ttl
 from tidemark.log.settings import Settings
+from tidemark.log.wire import default_codec
 
 __all__ = ["wait_for", "PeerScript", "handled", "ROOT", "expected_queues", "BackgroundLoad"]
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import logging
 import struct
 
-from tidemark.gossip.replay_rows import HEAD_SIZE, ROW_HEAD, ROW_TAG
-from tidemark.log.codec import MARKER
 from tidemark.log.exceptions import CodecError
-from tidemark.log.fast_decoder import RecordReader, compile_tuple_reader
+from tidemark.log.wire import (
+    HEAD_SIZE,
+    MARKER,
+    ROW_HEAD,
+    ROW_TAG,
+    RecordReader,
+    compile_tuple_reader,
+)
 from tidemark.peer_client.records import Envelope, peer_codec
 
 __all__ = ["EntryReader"]
@@ -21,7 +26,8 @@ _ENTRY_FIELDS = ["peer", "message_id", "sender", "message_type", "payload", "tim
 
 class EntryReader:
     """Replayed entries to the :class:`Envelope` of each message. A replay row
-    (:mod:`tidemark.gossip.replay_rows`, what replicas store now) is read with one ``struct`` call;
+    (:mod:`tidemark.log.wire.replay_rows`, what replicas store now) is read with one ``struct``
+    call;
     QueueEntry bytes of the current schema field by field (no dict); any other (an older
     writer schema) through the codec."""
 
@@ -49,8 +55,8 @@ class EntryReader:
         append, unpack, names, env = out.append, ROW_HEAD.unpack_from, self._names, \
             self.environment
         for offset, value in rows:
-            if value[:2] == ROW_TAG:  # gossip.replay_rows.decode_row, inline (the hot path;
-                try:                   # tests/property/test_replay_rows.py keeps them equal)
+            if value[:2] == ROW_TAG:  # log.wire.replay_rows.decode_row, inline (the hot path;
+                try:                   # tests/property/wire/test_replay_rows.py keeps them equal)
                     ts, _, part, count, a, b, c, d = unpack(value, 2)
                     p = HEAD_SIZE
                     q = p + a

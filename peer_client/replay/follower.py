@@ -12,9 +12,8 @@ from collections.abc import Callable
 
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError, LogError
-from tidemark.log.fast_decoder import RecordReader
 from tidemark.log.settings import Settings
-from tidemark.peer_client.avro_fast import length_bytes
+from tidemark.log.wire import RecordReader, direct_mark
 from tidemark.peer_client.context import RUNNING
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.records import Envelope, peer_codec
@@ -23,12 +22,6 @@ from tidemark.peer_client.replay.tail import Tail
 __all__ = ["TxlogFollower"]
 
 log = logging.getLogger("peer_client.replay")
-
-
-def _mark_suffix(incarnation: str) -> bytes:
-    """The last bytes of a Send marked as delivered directly to ``incarnation``."""
-    raw = incarnation.encode("utf-8")
-    return b"\x02" + length_bytes(len(raw)) + raw
 
 
 class TxlogFollower:
@@ -41,7 +34,7 @@ class TxlogFollower:
                  on_forward: Callable[[int], None]) -> None:
         self.core, self.partition, self.position = core, partition, start
         self._key = core.peer_id.encode("utf-8")
-        self._mark = _mark_suffix(core.incarnation)
+        self._mark = direct_mark(core.incarnation)
         self._codec = peer_codec()
         self._reader = RecordReader(self._codec, ("Send",))
         self._on_forward = on_forward

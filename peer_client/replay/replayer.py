@@ -39,13 +39,13 @@ from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.service import ReplicaClient
-from tidemark.log.codec import MARKER
+from tidemark.gossip.tls import Transport
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError
-from tidemark.log.fast_decoder import RecordReader
 from tidemark.log.offsets import end_offsets
 from tidemark.log.registry import env_value
 from tidemark.log.settings import Settings
+from tidemark.log.wire import MARKER, RecordReader
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.exceptions import ReplayDeniedError
 from tidemark.peer_client.records import peer_codec
@@ -169,6 +169,12 @@ class ReplicaReplayer:
         self._epoch_fn = epoch
         self._own_client = client is None
         self.client = client or ReplicaClient()
+
+    def bind_transport(self, transport: Transport) -> None:
+        """Replay over the peer's own transport (its certificate), unless given a client."""
+        if self._own_client:
+            self.client.close()
+            self.client = ReplicaClient(transport=transport)
         self.follower: TxlogFollower | None = None
         self._stream: Any = None    # the replay stream being read
         self.stage = "idle"

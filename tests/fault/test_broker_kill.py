@@ -8,11 +8,11 @@ import threading
 import pytest
 
 from tests.support import wait_for
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import DeliveryError, UnderReplicatedError
 from tidemark.log.producer import LogProducer
 from tidemark.log.topics import check_replication
+from tidemark.log.wire import default_codec
 from tidemark.stack.launcher import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]

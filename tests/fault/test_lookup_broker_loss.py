@@ -32,13 +32,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient
 
 from tests.support import wait_for
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
 from tidemark.log.offsets import end_offsets, log_start_offsets, topic_partitions, watermarks
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import TOPICS, Settings, load_settings
 from tidemark.log.topics import describe_topics, ensure_topics, require_topics
+from tidemark.log.wire import default_codec
 from tidemark.stack.launcher import LocalStack
 
 TIDEMARK = str(Path(sys.executable).with_name("tidemark"))

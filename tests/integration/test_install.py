@@ -28,7 +28,7 @@ USER_SCRIPT = textwrap.dedent('''
     import replica
     import schemas
 
-    from tidemark.log.codec import default_codec
+    from tidemark.log.wire import default_codec
     from tidemark.peer_client import MessageContext, message
     from tidemark.peer_client.testing import TestBus
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.topics import describe_topics
+from tidemark.log.wire import default_codec
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.processes import is_alive
 

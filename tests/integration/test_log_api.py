@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tests.support import wait_for
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import DeadLetterWriter, LogConsumer, decode_or_deadletter, read_to_end
 from tidemark.log.exceptions import OversizedMessageError
 from tidemark.log.offsets import end_offsets
@@ -13,6 +12,7 @@ from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
 from tidemark.log.topics import check_replication, describe_topics
+from tidemark.log.wire import default_codec
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,6 @@ from tests.support import wait_for
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
-from tidemark.gossip.replay_rows import entry_record, is_row
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
@@ -32,6 +31,7 @@ from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.queue_state import progress_key, queue_key
 from tidemark.log.settings import Settings
+from tidemark.log.wire import entry_record, is_row
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import peer_env

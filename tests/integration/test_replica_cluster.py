@@ -14,10 +14,10 @@ from confluent_kafka import Producer
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
 from tests.support import wait_for
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
+from tidemark.log.wire import default_codec
 from tidemark.stack.replicas import CONFIG_NAME
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from test_replica_support import ends, replica_stack, status, txlog_ust
 
 from tests.support import wait_for
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.load import generate_load
+from tidemark.log.wire import default_codec
 
 pytestmark = pytest.mark.integration
 BIG = 8 << 20

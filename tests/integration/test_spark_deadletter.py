@@ -20,12 +20,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import expected_queues
-from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
 from tidemark.log.producer import LogProducer
 from tidemark.log.queue_state import is_progress_key, queue_key
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.depth import read_queues
 from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.queues_job import JobProcess

@@ -21,11 +21,11 @@ from test_replica_support import replica_stack
 
 from tests.support import expected_queues
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
-from tidemark.gossip.replay_rows import entry_record
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.load import generate_load
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
+from tidemark.log.wire import entry_record
 from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess

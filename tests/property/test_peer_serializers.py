@@ -1,5 +1,5 @@
 """Payload serializers: round trips, the fast encoder equals fastavro, malformed input is a
-PayloadError and nothing else; a re-marked Send equals a Send encoded with the mark."""
+PayloadError and nothing else."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemark.peer_client.exceptions import PayloadError
-from tidemark.peer_client.records import mark_direct, peer_codec
 from tidemark.peer_client.serializers import AvroSerializer, JsonSerializer, _to_data
 
 
@@ -83,18 +82,3 @@ def test_malformed_payloads_raise_payload_error_only(obj: Flat, junk: bytes, cut
             FLAT.decode(bad)
         except PayloadError:
             pass
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(min_size=1, max_size=30), st.binary(max_size=300),
-       st.text(min_size=1, max_size=40))
-def test_mark_direct_equals_encoding_with_the_mark(recipient: str, payload: bytes,
-                                                   incarnation: str) -> None:
-    codec = peer_codec()
-    rec = {"message_id": "m-1", "sender": "A", "recipient": recipient, "environment": "test",
-           "message_type": "x.Y", "payload": payload, "timestamp_ms": 17, "delivery_count": 0,
-           "direct_incarnation": None}
-    plain = codec.encode("Send", rec)
-    assert mark_direct(plain, incarnation) == codec.encode(
-        "Send", {**rec, "direct_incarnation": incarnation})
-    assert codec.decode(mark_direct(plain, incarnation)).record["direct_incarnation"] == incarnation

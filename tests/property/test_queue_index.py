@@ -10,7 +10,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.log.codec import default_codec
+from tidemark.log.wire import default_codec
 from tidemark.replica.queue_index import delete_entry, index_value, put_entry, read_queue
 from tidemark.replica.store import Store, queue_index_prefix
 

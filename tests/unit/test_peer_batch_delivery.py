@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.peer_batches import ENCODE, BatchItem, Log, core_of, envelopes, messages, model
-from tidemark.log.codec import default_codec
+from tidemark.log.wire import AckBatchEncoder, default_codec
 from tidemark.peer_client import MessageContext
-from tidemark.peer_client.ack_encoding import MAX_BATCH_BYTES, AckBatchEncoder, chunks
+from tidemark.peer_client.acks import MAX_BATCH_BYTES, chunks
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.dedup import DedupWindow

@@ -7,10 +7,10 @@ import random
 import pandas as pd
 import pytest
 
-from tidemark.log.codec import default_codec
 from tidemark.log.queue_state import MAX_ID_BYTES, Ttl, queue_key
 from tidemark.log.registry import parse_duration_ms
 from tidemark.log.settings import Settings
+from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.checkpoint import default_checkpoint
 from tidemark.spark_streaming.job import JobOptions, state_partitions
 from tidemark.spark_streaming.state_layout import MemoryMaps

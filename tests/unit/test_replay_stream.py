@@ -14,11 +14,10 @@ import pytest
 
 from tests.support import wait_for
 from tidemark.gossip.exceptions import QueuesBehindError, ReplayInterruptedError, ReplayRefusedError
-from tidemark.gossip.replay_rows import encode_row, entry_record, is_row
 from tidemark.gossip.service import ReplicaClient, start_server
-from tidemark.log.codec import default_codec
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.settings import Settings
+from tidemark.log.wire import default_codec, encode_row, entry_record, is_row
 from tidemark.replica.leases import Leases
 from tidemark.replica.queue_index import delete_entry, put_entry
 from tidemark.replica.replay import ReplayService

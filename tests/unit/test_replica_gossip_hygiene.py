@@ -12,8 +12,8 @@ from confluent_kafka import Message
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition
 from tidemark.gossip.node_state import NodeState
-from tidemark.log.codec import default_codec
 from tidemark.log.settings import load_settings
+from tidemark.log.wire import default_codec
 from tidemark.replica.ingest import Ingestor
 from tidemark.replica.status import StatusSnapshot, build_status
 from tidemark.replica.store import Store

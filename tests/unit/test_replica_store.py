@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.log.codec import default_codec
+from tidemark.log.wire import default_codec
 from tidemark.replica.config import ReleasePolicy
 from tidemark.replica.exceptions import StoreError
 from tidemark.replica.ingest import index_txlog

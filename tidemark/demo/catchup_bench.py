@@ -141,8 +141,8 @@ def with_children(procs: dict[str, int]) -> dict[str, int]:
 
 def acked_ids(settings: Settings, peer: str, k: int, start: int, end: int) -> set[str]:
     """Ids covered by ``peer``'s Ack and AckBatch records in txlog/``k`` [start, end)."""
-    from tidemark.log.codec import default_codec
     from tidemark.log.consumer import read_to_end
+    from tidemark.log.wire import default_codec
     codec, key = default_codec(), peer.encode()
     out: set[str] = set()
     if end <= start:

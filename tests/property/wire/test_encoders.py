@@ -1,9 +1,7 @@
-"""The hand-written and generated Avro encoders against fastavro, byte for byte.
-
-The codec's generated record encoders and readers, the payload encoders and the replay rows
-have their own suites (test_codec.py, test_peer_serializers.py, tests/unit/test_fast_decoder.py,
-test_replay_rows.py); this one holds the peer's Send encoder, the construction-time
-self-checks every generated encoder runs, and the reader of every flat schema.
+"""The hand-written and generated Avro encoders against fastavro, byte for byte: the peer's
+Send and AckBatch encoders, the payload (object) encoder, the construction-time self-checks
+every generated or hand-written encoder runs, and the reader of every flat schema. (The
+codec's record encoders over arbitrary records are in test_codec.py.)
 """
 
 from __future__ import annotations
@@ -14,14 +12,23 @@ from typing import Any
 
 import pytest
 from fastavro import schemaless_reader, schemaless_writer
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidemark.log.codec import MARKER, default_codec
-from tidemark.log.fast_decoder import compile_flat_reader
-from tidemark.log.fast_encoder import compile_encoder, same_as_fastavro, sample_records
-from tidemark.peer_client.avro_fast import SendEncoder, compile_object_encoder
+from tidemark.log.wire import (
+    MARKER,
+    AckBatchEncoder,
+    SendEncoder,
+    compile_encoder,
+    compile_flat_reader,
+    compile_object_encoder,
+    default_codec,
+    same_as_fastavro,
+    sample_records,
+)
 
+#: 8 KiB strings and bytes (past the length table) are large inputs on purpose
+BIG = [HealthCheck.data_too_large]
 CODEC = default_codec()
 SEND = CODEC.schema("Send")
 HEADER = MARKER + CODEC.fingerprint_of("Send")
@@ -39,7 +46,7 @@ def _fastavro(schema: dict[str, Any], header: bytes, record: dict[str, Any]) -> 
     return buf.getvalue()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=BIG)
 @given(sender=st.text(max_size=30), environment=st.text(max_size=12), message_id=text,
        recipients=st.lists(st.text(max_size=30), min_size=1, max_size=4),
        message_type=st.text(max_size=50), payload=blob, timestamps=st.lists(longs, min_size=1,
@@ -93,7 +100,7 @@ ENVELOPE = {"type": "record", "name": "Doc", "fields": [
     {"name": "maybe", "type": ["null", "string"]}]}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=BIG)
 @given(s=text, b=blob, i=st.integers(-(1 << 31), (1 << 31) - 1), n=longs, ok=st.booleans(),
        d=st.floats(allow_nan=False), f=st.floats(width=32, allow_nan=False),
        maybe=st.none() | st.text(max_size=10))
@@ -101,3 +108,36 @@ def test_the_payload_encoder_writes_what_fastavro_writes(**fields: Any) -> None:
     encode = compile_object_encoder(ENVELOPE, b"")
     assert encode is not None
     assert encode(SimpleNamespace(**fields)) == _fastavro(ENVELOPE, b"", fields)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=BIG)
+@given(peer=st.text(max_size=30), environment=st.text(max_size=12),
+       ids=st.lists(text | st.text(min_size=60, max_size=70), max_size=6),
+       timestamps=st.lists(longs, min_size=1, max_size=3))
+def test_the_ack_batch_encoder_writes_what_fastavro_writes(
+        peer: str, environment: str, ids: list[str], timestamps: list[int]) -> None:
+    enc = AckBatchEncoder(CODEC, peer, environment)
+    assert enc.encode == enc.encode_fast
+    for ts in timestamps:
+        assert enc.encode(ids, ts) == CODEC.encode_with_fastavro("AckBatch", {
+            "peer": peer, "environment": environment, "message_ids": ids, "timestamp_ms": ts})
+
+
+def test_the_ack_batch_encoder_refuses_a_schema_it_does_not_write() -> None:
+    from tidemark import schemas
+    from tidemark.log.wire import Codec
+    grown = schemas.load_schema("AckBatch")
+    grown = {**grown, "fields": [*grown["fields"], {"name": "x", "type": "long", "default": 5}]}
+    with pytest.raises(RuntimeError, match="update it with the schema"):
+        AckBatchEncoder(Codec({**schemas.load_all(), "AckBatch": grown}), "p", "test")
+
+
+def test_a_generated_encoder_that_disagrees_with_fastavro_raises_when_built(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tidemark.log.wire import primitives
+    monkeypatch.setitem(primitives.RECORD_HELPERS, "long", lambda n: b"\x00")
+    with pytest.raises(RuntimeError, match="record encoder for .*Send does not write"):
+        compile_encoder(SEND, HEADER)
+    monkeypatch.setitem(primitives.CHECKED_HELPERS, "double", lambda n: b"\x00")
+    with pytest.raises(RuntimeError, match="object encoder for Doc does not write"):
+        compile_object_encoder(ENVELOPE, b"")

@@ -17,151 +17,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tidemark import schemas
-from tidemark.log.codec import MARKER, Codec
+from tidemark.log.wire.codec import MARKER, Codec
+from tidemark.log.wire.varints import read_long
+from tidemark.log.wire.walk import Tail, appended_kind, tail_check, walk_strings
 
-__all__ = ["SEND", "ACK", "PURGE", "txlog_scanners", "scanner_for", "scan_send", "scan_ack",
-           "scan_purge", "txlog_readers", "Fields"]
+__all__ = ["SEND", "ACK", "PURGE", "Scanner", "txlog_scanners", "scanner_for", "scan_send",
+           "scan_ack", "scan_purge", "txlog_readers", "Fields", "read_send", "read_ack",
+           "read_purge"]
 
 SEND, ACK, PURGE = 0, 1, 2
-_HIGH = bytes(range(0x80, 0x100))  # varint continuation bytes (deleted to count terminators)
 Scanner = Callable[[bytes], "bytes | None"]
-
-
-def _varint(v: bytes, p: int) -> tuple[int, int]:
-    """Zigzag varint at ``p``: ``(value, next position)``; IndexError when truncated."""
-    acc, shift = 0, 0
-    while True:
-        b = v[p]
-        p += 1
-        acc |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (acc >> 1) ^ -(acc & 1), p
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _strings(v: bytes, p: int, n: int) -> tuple[int, list[tuple[int, int]]] | None:
-    """Walk ``n`` Avro strings from ``p``: ``(end, [(start, stop), ...])`` or None when a
-    length is negative, the body is truncated or a string is not valid UTF-8."""
-    spans = []
-    ascii_seps = True
-    for _ in range(n):
-        b = v[p] if p < len(v) else -1
-        if 0 <= b < 0x80 and not b & 1:
-            start, p = p + 1, p + 1 + (b >> 1)
-        else:
-            try:
-                size, start = _varint(v, p)
-            except (IndexError, ValueError):
-                return None
-            if size < 0:
-                return None
-            ascii_seps = False
-            p = start + size
-        spans.append((start, p))
-    if p > len(v):
-        return None
-    region = v[spans[0][0]:p] if spans else b""
-    if not region.isascii():
-        try:
-            if ascii_seps:  # single-byte lengths are ASCII: the region decodes iff each does
-                region.decode()
-            else:
-                for a, b2 in spans:
-                    v[a:b2].decode()
-        except UnicodeDecodeError:
-            return None
-    return p, spans
-
-
-def _tail_ok(v: bytes, p: int, varints: int) -> bool:
-    """Whether ``v[p:]`` is exactly ``varints`` complete varints (long/int fields)."""
-    rest = v[p:]
-    return (0 < len(rest) <= 10 * varints and rest[-1] < 0x80
-            and len(rest.translate(None, _HIGH)) == varints)
-
-
-# ---- trailing fields ---------------------------------------------------------------------
-# A record's fields after its last string/bytes field of the base layout: the base's long/int
-# fields, then any fields appended later with defaults (e.g. Send's nullable
-# ``direct_incarnation``). Kinds: "long", "int", "string", "bytes", "float", "double", or a
-# tuple of union branches among those and "null".
-_WALKABLE = {"null", "long", "int", "string", "bytes", "float", "double"}
-Tail = Callable[[bytes, int], bool]
-
-
-def _walk_one(v: bytes, p: int, kind: str | tuple[str, ...]) -> int | None:
-    """Position after one value of ``kind`` at ``p``, or None when it cannot vouch for it."""
-    if isinstance(kind, tuple):
-        index, p = _varint(v, p)
-        if not 0 <= index < len(kind):
-            return None
-        kind = kind[index]
-    if kind == "null":
-        return p
-    if kind in ("long", "int"):
-        return _varint(v, p)[1]
-    if kind == "float":
-        return p + 4 if p + 4 <= len(v) else None
-    if kind == "double":
-        return p + 8 if p + 8 <= len(v) else None
-    if kind == "string":
-        walked = _strings(v, p, 1)
-        return None if walked is None else walked[0]
-    size, p = _varint(v, p)  # bytes
-    return p + size if size >= 0 and p + size <= len(v) else None
-
-
-def _tail(varints: int, extras: tuple[str | tuple[str, ...], ...]) -> Tail:
-    """A check that ``v[p:]`` is exactly ``varints`` long/int fields followed by ``extras``.
-    The common case (every extra a union whose first branch is null, holding null) is one
-    ``translate`` over the varints plus a comparison with zero bytes."""
-    lead = varints + next((i for i, k in enumerate(extras) if k not in ("long", "int")),
-                          len(extras))
-    rest_kinds = extras[lead - varints:]
-    nulls = len(rest_kinds) if all(isinstance(k, tuple) and k[0] == "null"
-                                   for k in rest_kinds) else -1
-    zeros = b"\0" * max(nulls, 0)
-
-    def walk(v: bytes, p: int) -> bool:
-        try:
-            for _ in range(lead):
-                p = _varint(v, p)[1]
-            for kind in rest_kinds:
-                q = _walk_one(v, p, kind)
-                if q is None:
-                    return False
-                p = q
-        except (IndexError, ValueError):
-            return False
-        return p == len(v)
-
-    if nulls == 0:
-        return lambda v, p: _tail_ok(v, p, lead)
-    if nulls < 0:
-        return walk
-
-    def check(v: bytes, p: int) -> bool:
-        n = len(v) - nulls
-        rest = v[p:n]
-        if (0 < len(rest) <= 10 * lead and rest[-1] < 0x80 and v[n:] == zeros
-                and len(rest.translate(None, _HIGH)) == lead):
-            return True
-        return walk(v, p)
-    return check
-
-
-_BASE_TAIL = _tail(2, ())  # timestamp_ms, delivery_count
+_BASE_TAIL = tail_check(2, ())  # timestamp_ms, delivery_count
 
 
 def _send_slow(v: bytes, tail: Tail = _BASE_TAIL) -> bytes | None:
-    walked = _strings(v, 10, 5)
+    walked = walk_strings(v, 10, 5)
     if walked is None:
         return None
     try:
-        size, p = _varint(v, walked[0])  # payload: bytes
-    except (IndexError, ValueError):
+        size, p = read_long(v, walked[0])  # payload: bytes
+    except IndexError:
         return None
     return b"" if size >= 0 and p + size <= len(v) and tail(v, p + size) else None
 
@@ -234,7 +109,7 @@ def _ack_scanner(tail: Tail) -> Scanner:
 
 
 def _ack_slow(v: bytes, tail: Tail) -> bytes | None:
-    walked = _strings(v, 10, 3)  # message_id, peer, environment
+    walked = walk_strings(v, 10, 3)  # message_id, peer, environment
     if walked is None or not tail(v, walked[0]):  # timestamp_ms, appended fields
         return None
     (ma, mb), (pa, pb) = walked[1][0], walked[1][1]
@@ -245,7 +120,7 @@ def _purge_scanner(tail: Tail) -> Scanner:
     """The Purge scanner for a layout whose fields after ``environment`` ``tail`` checks."""
     def scan_purge(v: bytes) -> bytes | None:
         """A well-formed Purge gives its ``peer``; else None."""
-        walked = _strings(v, 10, 2)  # peer, environment
+        walked = walk_strings(v, 10, 2)  # peer, environment
         if walked is None or not tail(v, walked[0]):  # timestamp_ms, appended fields
             return None
         a, b = walked[1][0]
@@ -253,7 +128,7 @@ def _purge_scanner(tail: Tail) -> Scanner:
     return scan_purge
 
 
-_ONE_VARINT = _tail(1, ())
+_ONE_VARINT = tail_check(1, ())
 scan_send = _send_scanner(_BASE_TAIL)
 scan_ack = _ack_scanner(_ONE_VARINT)
 scan_purge = _purge_scanner(_ONE_VARINT)
@@ -274,29 +149,16 @@ _TAIL_VARINTS = {"Send": 2, "Ack": 1, "Purge": 1}
 _FACTORIES = {"Send": _send_scanner, "Ack": _ack_scanner, "Purge": _purge_scanner}
 
 
-def _extra_kind(field: dict) -> str | tuple[str, ...] | None:
-    """The walkable kind of an appended field, or None (it has no default, or a type the
-    tail check does not walk)."""
-    if "default" not in field:
-        return None
-    t = field["type"]
-    if isinstance(t, str):
-        return t if t in _WALKABLE and t != "null" else None
-    if isinstance(t, list) and t and all(isinstance(b, str) and b in _WALKABLE for b in t):
-        return tuple(t)
-    return None
-
-
 def scanner_for(name: str, fields: list[dict]) -> Scanner | None:
     """The scanner for record ``name`` with schema ``fields``, or None when the layout is
     not the base layout followed by walkable fields with defaults."""
     base = _LAYOUTS[name]
     if [(f["name"], f["type"]) for f in fields[:len(base)]] != base:
         return None
-    extras = [_extra_kind(f) for f in fields[len(base):]]
+    extras = [appended_kind(f) for f in fields[len(base):]]
     if any(k is None for k in extras):
         return None
-    tail = _tail(_TAIL_VARINTS[name], tuple(k for k in extras if k is not None))
+    tail = tail_check(_TAIL_VARINTS[name], tuple(k for k in extras if k is not None))
     return _FACTORIES[name](tail)
 
 
@@ -322,7 +184,7 @@ def _span(v: bytes, p: int) -> tuple[int, int]:
     b = v[p]
     if b < 0x80 and not b & 1:
         return p + 1, p + 1 + (b >> 1)
-    n, start = _varint(v, p)
+    n, start = read_long(v, p)
     if n < 0:
         raise ValueError("negative length")
     return start, start + n
@@ -338,7 +200,7 @@ def read_send(v: bytes) -> Fields:
     _, p = _span(v, p)       # payload
     if p > len(v):
         raise IndexError("truncated")
-    return SEND, v[ra:rb], v[ma:mb], _varint(v, p)[0]
+    return SEND, v[ra:rb], v[ma:mb], read_long(v, p)[0]
 
 
 def read_ack(v: bytes) -> Fields:
@@ -348,7 +210,7 @@ def read_ack(v: bytes) -> Fields:
     _, p = _span(v, pb)      # environment
     if p > len(v):
         raise IndexError("truncated")
-    return ACK, v[pa:pb], v[ma:mb], _varint(v, p)[0]
+    return ACK, v[pa:pb], v[ma:mb], read_long(v, p)[0]
 
 
 def read_purge(v: bytes) -> Fields:
@@ -357,7 +219,7 @@ def read_purge(v: bytes) -> Fields:
     _, p = _span(v, pb)      # environment
     if p > len(v):
         raise IndexError("truncated")
-    return PURGE, v[pa:pb], b"", _varint(v, p)[0]
+    return PURGE, v[pa:pb], b"", read_long(v, p)[0]
 
 
 def txlog_readers(codec: Codec) -> dict[bytes, Callable[[bytes], Fields]]:

@@ -18,12 +18,13 @@ from tidemark.log.exceptions import (
     UnknownFingerprintError,
     UnknownSchemaError,
 )
-from tidemark.log.fast_encoder import compile_encoder
+from tidemark.log.wire.encoders import compile_encoder
 
-__all__ = ["MARKER", "Decoded", "Codec", "default_codec", "schema_fingerprint"]
+__all__ = ["MARKER", "HEADER_SIZE", "Decoded", "Codec", "default_codec", "schema_fingerprint"]
 
 MARKER = b"\xc3\x01"
-_HEADER = len(MARKER) + 8
+#: The marker and the fingerprint: what precedes the Avro body of every value.
+HEADER_SIZE = len(MARKER) + 8
 
 
 def schema_fingerprint(parsed: Mapping[str, Any]) -> bytes:
@@ -123,19 +124,19 @@ class Codec:
 
     def decode(self, data: bytes | None) -> Decoded:
         """Decode a value; raises a :class:`CodecError` subclass on any bad input."""
-        if data is None or len(data) < _HEADER:
+        if data is None or len(data) < HEADER_SIZE:
             if data is not None and data[:2] == MARKER[: len(data[:2])] and len(data) >= 2:
                 raise TruncatedRecordError(f"value of {len(data)} bytes ends inside the header")
             raise BadMarkerError("value is not Avro single-object encoded (no C3 01 marker)")
         if data[:2] != MARKER:
             raise BadMarkerError(f"bad marker {data[:2].hex()}, expected c301")
-        fp = bytes(data[2:_HEADER])
+        fp = bytes(data[2:HEADER_SIZE])
         try:
             name, writer = self._writers[fp]
         except KeyError:
             raise UnknownFingerprintError(fp) from None
         buf = io.BytesIO(data)
-        buf.seek(_HEADER)
+        buf.seek(HEADER_SIZE)
         reader = self._named[name]
         try:
             if writer is reader:

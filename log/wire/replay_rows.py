@@ -20,7 +20,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tidemark.log.codec import default_codec
+from tidemark.log.wire.codec import default_codec
 
 __all__ = ["ROW_TAG", "ROW_HEAD", "HEAD_SIZE", "Row", "encode_row", "decode_row", "is_row",
            "entry_record", "queue_entry", "RowError"]

@@ -1,7 +1,7 @@
-"""The AckBatch fast path (replica/fastpath_acks.py) reads exactly what the codec decodes
+"""The AckBatch fast path (log/wire/ack_batch_scanner.py) reads exactly what the codec decodes
 from every AckBatch a peer writes, in one block or several, with fields appended, and GC
 reads batches through it. (Truncated, extended and mutated values are checked with the
-other scanners' in test_replica_fastpath.py.)"""
+other scanners' in test_scanners.py.)"""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemark import schemas
-from tidemark.log.codec import MARKER, Codec, default_codec
 from tidemark.log.exceptions import CodecError
-from tidemark.log.fast_encoder import varint, zigzag_long
-from tidemark.replica.fastpath_acks import (
+from tidemark.log.wire import (
     ACK_BATCH,
+    MARKER,
+    Codec,
     ack_batch_header,
     ack_batch_scanner,
+    default_codec,
     scan_ack_batch,
+    varint,
+    zigzag_long,
 )
 from tidemark.replica.release_policy import _fields, _readers
 

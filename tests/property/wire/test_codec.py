@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemark import schemas
-from tidemark.log.codec import MARKER, Codec, default_codec, schema_fingerprint
 from tidemark.log.exceptions import BadMarkerError, TruncatedRecordError, UnknownFingerprintError
+from tidemark.log.wire import MARKER, Codec, default_codec, schema_fingerprint
 
 CODEC = default_codec()
 text = st.text(max_size=40)

@@ -9,21 +9,23 @@ varint (and any field appended to the schema with a default) ends the value exac
 Whatever it cannot vouch for returns ``None``, and the caller falls back to the full
 decode, which names the problem (dead letter) or accepts the record.
 
-``tests/unit/test_replica_fastpath_acks.py`` checks it against the codec.
+``tests/property/wire/test_scanners.py`` checks it against the codec.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from tidemark import schemas
-from tidemark.log.codec import MARKER, Codec
-from tidemark.replica.fastpath import Tail, _extra_kind, _strings, _tail, _varint
+from tidemark.log.wire.codec import MARKER, Codec
+from tidemark.log.wire.varints import read_long
+from tidemark.log.wire.walk import Tail, appended_kind, tail_check, walk_strings
 
 __all__ = ["ACK_BATCH", "AckBatchFields", "AckBatchScanner", "ack_batch_scanner",
            "ack_batch_header", "scan_ack_batch"]
 
-#: The kind of an AckBatch among :mod:`tidemark.replica.fastpath`'s SEND, ACK and PURGE.
+#: The kind of an AckBatch among :mod:`tidemark.log.wire.scanners`' SEND, ACK and PURGE.
 ACK_BATCH = 3
 #: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``, as UTF-8 bytes.
 AckBatchFields = tuple[int, bytes, list[bytes], int]
@@ -38,12 +40,12 @@ def _ids(v: bytes, p: int) -> tuple[list[bytes], int] | None:
     ids: list[bytes] = []
     append, size = ids.append, len(v)
     while True:
-        count, p = _varint(v, p)
+        count, p = read_long(v, p)
         if count == 0:
             break
         if count < 0:  # a block with its byte size first
             count = -count
-            _, p = _varint(v, p)
+            _, p = read_long(v, p)
         for _ in range(count):
             b = v[p]
             if not b & 0x81:  # a length below 64: one byte, even (zigzag of a positive)
@@ -51,7 +53,7 @@ def _ids(v: bytes, p: int) -> tuple[list[bytes], int] | None:
                 append(v[p + 1:q])
                 p = q
             else:
-                n, p = _varint(v, p)
+                n, p = read_long(v, p)
                 if n < 0:
                     return None
                 append(v[p:p + n])
@@ -66,22 +68,22 @@ def _ids(v: bytes, p: int) -> tuple[list[bytes], int] | None:
     return ids, p
 
 
-def ack_batch_scanner(fields: list[dict]) -> AckBatchScanner | None:
+def ack_batch_scanner(fields: list[dict[str, Any]]) -> AckBatchScanner | None:
     """The scanner for an AckBatch schema with ``fields``, or None when its layout is not
     the base layout followed by walkable fields with defaults."""
     if [(f["name"], f["type"]) for f in fields[:len(_BASE)]] != _BASE:
         return None
-    extras = [_extra_kind(f) for f in fields[len(_BASE):]]
+    extras = [appended_kind(f) for f in fields[len(_BASE):]]
     if any(k is None for k in extras):
         return None
     kinds = tuple(k for k in extras if k is not None)
-    return _scanner(_tail(0, kinds) if kinds else _no_extras)
+    return _scanner(tail_check(0, kinds) if kinds else _no_extras)
 
 
 def _scanner(tail: Tail) -> AckBatchScanner:
     def scan(v: bytes) -> AckBatchFields | None:
         """``(ACK_BATCH, peer, ids, timestamp)`` of a well-formed AckBatch; else None."""
-        walked = _strings(v, 10, 2)  # peer, environment
+        walked = walk_strings(v, 10, 2)  # peer, environment
         if walked is None:
             return None
         try:
@@ -89,8 +91,8 @@ def _scanner(tail: Tail) -> AckBatchScanner:
             if got is None:
                 return None
             ids, p = got
-            ts, p = _varint(v, p)
-        except (IndexError, ValueError, UnicodeDecodeError):
+            ts, p = read_long(v, p)
+        except (IndexError, UnicodeDecodeError):
             return None
         if p > len(v) or not tail(v, p):
             return None

@@ -1,4 +1,4 @@
-"""Replay rows (``gossip.replay_rows``) against the QueueEntry they are built from: the row
+"""Replay rows (``log.wire.replay_rows``) against the QueueEntry they are built from: the row
 holds the same fields, the peer reads the same envelope from a row as from the QueueEntry
 bytes, and a damaged row is refused alike by the decoder and the peer's reader (which skips
 and counts it, never raises)."""
@@ -9,16 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import queue_entries
-from tidemark.gossip.replay_rows import (
+from tidemark.log.wire import (
     ROW_TAG,
     RowError,
     decode_row,
+    default_codec,
     encode_row,
     entry_record,
     is_row,
     queue_entry,
 )
-from tidemark.log.codec import default_codec
 from tidemark.peer_client.replay.entries import EntryReader
 
 C = default_codec()

@@ -1,6 +1,7 @@
 """The generated flat readers decode exactly what fastavro decodes (or fail the same way):
-QueueEntry values of the replay (``log.fast_decoder.RecordReader``) and the payloads of flat
-dataclasses (``AvroSerializer.decode``)."""
+txlog values the queues job reads and QueueEntry values of the replay
+(``log.wire.RecordReader``), the peer's replay reader, and the payloads of flat dataclasses
+(``AvroSerializer.decode``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import long, queue_entries, text
-from tidemark.log.codec import default_codec
 from tidemark.log.exceptions import CodecError
-from tidemark.log.fast_decoder import RecordReader, compile_flat_reader
+from tidemark.log.wire import RecordReader, compile_flat_reader, default_codec
 from tidemark.peer_client.exceptions import PayloadError
 from tidemark.peer_client.records import Envelope
 from tidemark.peer_client.serializers import AvroSerializer
-from tidemark.spark_streaming.records import RecordReader as JobRecordReader
 
 C = default_codec()
 READER = RecordReader(C, ("QueueEntry",))
@@ -37,10 +36,6 @@ def _damaged(value: bytes, data: st.DataObject) -> list[bytes]:
     bad = bytearray(value)
     bad[flip] ^= data.draw(st.integers(1, 255))
     return [value[:cut], bytes(bad), value + b"\x00"]
-
-
-def test_the_job_keeps_its_import_path() -> None:
-    assert JobRecordReader is RecordReader
 
 
 def test_the_queue_entry_reader_is_generated() -> None:
@@ -155,16 +150,26 @@ def test_payload_reader_matches_fastavro(obj: Flat, data: st.DataObject) -> None
                 == _payload_view(_generic, bad))
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0x80, 0xFF), max_size=13), st.integers(0, 0x7F))
-def test_a_varint_of_any_length_reads_as_fastavro_reads_it(more: list[int], last: int) -> None:
-    """Corrupt varints longer than 64 bits included: the reader must agree with the codec
-    (fastavro's C reader) on them too, or a damaged record would decode differently."""
-    import io
+TXLOG = RecordReader(C)  # Send, Ack, Purge: what the queues job reads
+txlog_records = st.one_of(
+    st.tuples(st.just("Send"), st.fixed_dictionaries({
+        "message_id": text, "sender": text, "recipient": text, "environment": text,
+        "message_type": text, "payload": st.binary(max_size=300), "timestamp_ms": long,
+        "delivery_count": st.integers(-(1 << 31), (1 << 31) - 1),
+        "direct_incarnation": st.one_of(st.none(), text)})),
+    st.tuples(st.just("Ack"), st.fixed_dictionaries({
+        "message_id": text, "peer": text, "environment": text, "timestamp_ms": long})),
+    st.tuples(st.just("Purge"), st.fixed_dictionaries({
+        "peer": text, "environment": text, "timestamp_ms": long})))
 
-    import fastavro
 
-    from tidemark.log.fast_decoder import _read_long
-    raw = bytes(more) + bytes([last])
-    assert _read_long(raw, 0) == (fastavro.schemaless_reader(io.BytesIO(raw), {"type": "long"}),
-                                  len(raw))
+@settings(max_examples=400, deadline=None)
+@given(txlog_records, st.data())
+def test_the_txlog_reader_matches_the_codec(case: tuple[str, dict], data: st.DataObject) -> None:
+    name, record = case
+    fields = {f["name"] for f in C._named[name]["fields"]}
+    value = C.encode(name, {k: v for k, v in record.items() if k in fields})
+    assert TXLOG.read(value) == C.decode(value).record
+    assert _view(TXLOG.decode, value) == _view(C.decode, value)
+    for bad in _damaged(value, data):
+        assert _view(TXLOG.decode, bad) == _view(C.decode, bad)

@@ -1,12 +1,13 @@
 """Fast decoding of flat records, byte-exact with the codec: a straight-line Avro reader for the
-current writer schemas, falling back to :meth:`tidemark.log.codec.Codec.decode` for anything else
-(older writer schemas, poison records), so errors and their reasons are the codec's own.
+current writer schemas, falling back to :meth:`tidemark.log.wire.codec.Codec.decode` for
+anything else (older writer schemas, poison records), so errors and their reasons are the
+codec's own.
 
 ``fastavro``'s generic reader costs ~14-18 us per Send or QueueEntry; these records are flat
 (strings, bytes, ints, longs, booleans, ``["null", X]``), which a generated reader parses in
 a few us. Used by the queues job (txlog records), by the peer's replay (QueueEntry) and by
 payload decoding of flat dataclasses (:func:`compile_flat_reader`).
-``tests/unit/test_fast_decoder.py`` checks it against the codec on arbitrary records.
+``tests/property/wire/test_readers.py`` checks it against the codec on arbitrary records.
 """
 
 from __future__ import annotations
@@ -14,31 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tidemark.log.codec import MARKER, Codec, Decoded, default_codec
+from tidemark.log.wire.codec import HEADER_SIZE, MARKER, Codec, Decoded, default_codec
+from tidemark.log.wire.varints import read_long
 
 __all__ = ["RecordReader", "FlatReader", "flat_fields", "compile_flat_reader",
            "compile_tuple_reader"]
 
-_HEADER = len(MARKER) + 8
 _Field = tuple[str, str]  # (name, kind): string, bytes, int, long, boolean, ?string, ...
 #: reads a whole value (header included); None if the body is not exactly one record
 FlatReader = Callable[[bytes], "dict[str, Any] | None"]
-
-
-def _read_long(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    pos += 1
-    n, shift = b & 0x7F, 7
-    while b & 0x80:
-        b = buf[pos]
-        pos += 1
-        # a corrupt varint past 64 bits: fastavro's C reader shifts a 64-bit integer, and
-        # the shift count wraps at 64 (x86), so byte 10 on lands in the low bits again
-        n |= (b & 0x7F) << (shift & 63)
-        shift += 7
-    if shift > 56:
-        n &= 0xFFFFFFFFFFFFFFFF
-    return (n >> 1) ^ -(n & 1), pos
 
 
 def flat_fields(schema: Mapping[str, Any]) -> list[_Field] | None:
@@ -56,7 +41,7 @@ def flat_fields(schema: Mapping[str, Any]) -> list[_Field] | None:
     return out
 
 
-def _compile(fields: list[_Field], header: int = _HEADER, as_tuple: bool = False) -> Any:
+def _compile(fields: list[_Field], header: int = HEADER_SIZE, as_tuple: bool = False) -> Any:
     """A reader function for one flat schema: straight-line code, varints of one or two
     bytes inline.
     It returns the record as a dict, or (``as_tuple``) its field values in schema order."""
@@ -102,12 +87,12 @@ def _compile(fields: list[_Field], header: int = _HEADER, as_tuple: bool = False
         lines.append("    return (" + "".join(f"{v}, " for _, v in names) + ")")
     else:
         lines.append("    return {" + ", ".join(f"{n!r}: {v}" for n, v in names) + "}")
-    scope: dict[str, Any] = {"read_long": _read_long}
+    scope: dict[str, Any] = {"read_long": read_long}
     exec("\n".join(lines), scope)  # noqa: S102 - code generated from a schema, no input
     return scope["read"]  # type: ignore[no-any-return]
 
 
-def compile_flat_reader(schema: Mapping[str, Any], header: int = _HEADER) -> FlatReader | None:
+def compile_flat_reader(schema: Mapping[str, Any], header: int = HEADER_SIZE) -> FlatReader | None:
     """A reader of ``header`` bytes then one record of the flat ``schema`` (None: not flat).
     It returns None for a body it cannot read exactly, and may raise IndexError,
     UnicodeDecodeError or ValueError on a damaged one: the caller falls back to fastavro."""
@@ -115,7 +100,7 @@ def compile_flat_reader(schema: Mapping[str, Any], header: int = _HEADER) -> Fla
     return None if fields is None else _compile(fields, header)  # type: ignore[no-any-return]
 
 
-def compile_tuple_reader(schema: Mapping[str, Any], header: int = _HEADER
+def compile_tuple_reader(schema: Mapping[str, Any], header: int = HEADER_SIZE
                          ) -> Callable[[bytes], "tuple[Any, ...] | None"] | None:
     """:func:`compile_flat_reader` returning the field values in schema order as a tuple
     (no dict built): for a hot path that knows the field order."""
@@ -138,7 +123,7 @@ class RecordReader:
     def read(self, value: bytes | None) -> dict[str, Any] | None:
         """The record of a current-schema value, or None (use :meth:`decode` then)."""
         if value is not None:
-            fast = self._fast.get(value[:_HEADER])
+            fast = self._fast.get(value[:HEADER_SIZE])
             if fast is not None:
                 try:
                     return fast[1](value)
@@ -149,7 +134,7 @@ class RecordReader:
     def decode(self, value: bytes | None) -> Decoded:
         """The decoded record (raises the codec's :class:`~tidemark.log.exceptions.CodecError`)."""
         if value is not None:
-            fast = self._fast.get(value[:_HEADER])
+            fast = self._fast.get(value[:HEADER_SIZE])
             if fast is not None:
                 try:
                     record = fast[1](value)

@@ -1,4 +1,4 @@
-"""The ingest fast path (replica/fastpath.py) never accepts a value the full codec rejects,
+"""The ingest fast path (log/wire/scanners.py) never accepts a value the full codec rejects,
 and for the values it accepts it extracts exactly what the codec decodes."""
 
 from __future__ import annotations
@@ -7,10 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemark import schemas
-from tidemark.log.codec import Codec, default_codec
 from tidemark.log.exceptions import CodecError
-from tidemark.replica.fastpath import ACK, PURGE, SEND, scanner_for, txlog_readers, txlog_scanners
-from tidemark.replica.fastpath_acks import ACK_BATCH, ack_batch_header
+from tidemark.log.wire import (
+    ACK,
+    ACK_BATCH,
+    PURGE,
+    SEND,
+    Codec,
+    ack_batch_header,
+    default_codec,
+    scanner_for,
+    txlog_readers,
+    txlog_scanners,
+)
 
 CODEC = default_codec()
 SCANNERS = txlog_scanners(CODEC)
@@ -45,7 +54,7 @@ def batches() -> st.SearchStrategy[bytes]:
 
 def expected(value: bytes) -> bytes | tuple | None:
     """What the slow path indexes for ``value`` (None: it is a dead letter); for an
-    AckBatch, what its scanner (replica/fastpath_acks.py) reads."""
+    AckBatch, what its scanner (log/wire/ack_batch_scanner.py) reads."""
     try:
         dec = CODEC.decode(value)
     except CodecError:
