@@ -16,11 +16,9 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from test_replica_support import replicas_and_job
 
 from tests.support import wait_for
 from tidemark.log.settings import Settings
@@ -34,20 +32,13 @@ from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 LIMIT, POISON = 3, 5
+JOB_ENV = {"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}  # for the replicas_job fixture
 
 
 @message("dltest.Job")
 @dataclass
 class Job:
     n: int
-
-
-@pytest.fixture(scope="module")
-def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[tuple[LocalStack, JobProcess]]:
-    folder = tmp_path_factory.mktemp("peer-deadletter")
-    with replicas_and_job(bootstrap, folder, env={"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}) as (s, job):
-        yield s, job
 
 
 class Handler:
@@ -101,8 +92,8 @@ def _incarnation(s: LocalStack, job: JobProcess, seen: Handler, poison_deliverie
 
 
 def test_always_failing_handler_is_dead_lettered_after_limit(
-        stack: tuple[LocalStack, JobProcess]) -> None:
-    s, job = stack
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
+    s, job = replicas_job
     settings = s.settings()
     with Peer("A", None, settings) as a:
         for i in range(10):

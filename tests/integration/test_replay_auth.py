@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from test_replay_service import Queues, epoch_of
-from test_replica_support import replica_stack, status
 
+from tests.replicas import replica_stack, status
 from tidemark.gossip.peer_auth import issue_token
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.partitioner import partition_for_peer

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_replica_support import replica_stack, status, txlog_ust
 
+from tests.replicas import replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
@@ -33,6 +33,7 @@ from tidemark.log.producer import LogProducer
 from tidemark.log.queue_state import progress_key, queue_key
 from tidemark.log.settings import Settings
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.processes import Child
 from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import peer_env
 
@@ -222,7 +223,8 @@ def gc_held(stack: LocalStack, node: str, tp: str, barrier: int) -> dict | None:
     return None
 
 
-def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: LocalStack) -> None:
+def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: LocalStack,
+                                                                      tmp_path: Path) -> None:
     q = Queues(stack.settings())
     peer = "dee"
     k, tp = partition_for_peer(peer, 4), f"txlog/{partition_for_peer(peer, 4)}"
@@ -230,11 +232,10 @@ def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: Loca
         q.upsert(peer, mid, off)
     q.progress(k)
     node, address = owner(stack, peer)
-    proc = subprocess.Popen([sys.executable, "-c", CLIENT, address, peer, "3000"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, **peer_env(stack, peer, ENV)})
+    proc = Child([sys.executable, "-c", CLIENT, address, peer, "3000"], tmp_path / "client.err",
+                 env={**os.environ, **peer_env(stack, peer, ENV)}, talk=True)
     try:
-        header = json.loads(proc.stdout.readline())
+        header = json.loads(proc.readline())
         barrier, pin = header["barrier"], header["pin"]
         generate_load(stack.settings(), peers=20, messages=400, ack_ratio=1.0, seed=5)
         doc = wait_for(lambda: gc_held(stack, node, tp, barrier), 60,
@@ -249,7 +250,6 @@ def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: Loca
         assert gc_held(stack, node, tp, barrier)  # still held after more than half a lease
     finally:
         proc.kill()  # SIGKILL: the peer disappears without a word
-        proc.wait()
     killed = time.monotonic()
     wait_for(lambda: all(p["pin"] != pin for p in pins_of(stack, node)), 30, 0.1,
              what="the dead peer's pin expiring")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.node_state import NodeState, PartitionRanges
 from tidemark.gossip.service import ReplicaClient, method_path

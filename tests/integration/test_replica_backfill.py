@@ -10,8 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.gossip.service import unpack_records

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import plyvel
 import pytest
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.gossip.service import unpack_records

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
 import tidemark.replica.node_config as node_module  # the rejoin step of Node
+from tests.replicas import ends, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.log.load import generate_load
 from tidemark.replica.config import load_cluster_file

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_replica_support import replica_stack
 
+from tests.replicas import replica_stack
 from tests.support import expected_queues
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.replay_rows import entry_record

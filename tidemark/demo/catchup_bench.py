@@ -263,7 +263,7 @@ def _watch(b: PeerProcess, backlog: int, timeout: float, say: Say) -> bool:
     shown, shown_at = "", 0.0
     while not _is_normal(b):
         if not b.alive():
-            raise TidemarkError(f"B2 exited {b.proc.poll()} before phase normal:"
+            raise TidemarkError(f"B2 exited {b.child.returncode} before phase normal:"
                                 f" {b.stderr_tail()}")
         if time.time() > deadline:
             return False

@@ -1,4 +1,4 @@
-"""Helpers (no tests) for replica integration tests: a local stack of real node processes on the
+"""Helpers for the replica integration and fault tests: a local stack of real node processes on the
 session's Kafka cluster, under a unique topic prefix."""
 
 from __future__ import annotations
