@@ -1,5 +1,5 @@
-"""Helpers for the replica integration and fault tests: a local stack of real node processes on the
-session's Kafka cluster, under a unique topic prefix."""
+"""Helpers for the replica integration and fault tests: a local stack of real node processes
+on the session's Kafka cluster, under a unique topic prefix."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ from typing import Any
 
 import grpc
 
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.log.offsets import end_offsets
-from tidemark.log.settings import load_settings
+from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set
 from tidemark.replica.config import load_cluster_file
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
 
-__all__ = ["replica_stack", "status", "ends", "txlog_ust"]
+__all__ = ["replicas_and_job", "replica_stack", "status", "current_epoch", "ends",
+           "txlog_ust"]
 
 _VARS = ("TIDEMARK_BOOTSTRAP", "TIDEMARK_TOPIC_PREFIX", "TIDEMARK_PARTITIONS")
 
@@ -85,6 +87,17 @@ def status(stack: LocalStack, node: str | None = None) -> dict | None:
         return None
     finally:
         peers.close()
+
+
+def current_epoch(settings: Settings) -> Epoch:
+    """The cluster's current epoch, read from the config topic (the test fails without one)."""
+    log = ConfigLog(settings)
+    try:
+        epoch = log.read_to_end()
+    finally:
+        log.close()
+    assert epoch is not None
+    return epoch
 
 
 def ends(stack: LocalStack) -> dict[str, int]:

@@ -1,12 +1,13 @@
 """Helpers for tests: waiting on a condition with a deadline (never a bare sleep), a peer run
 as a separate process (for the fault tests that SIGKILL it: :class:`PeerScript`, and the
-script's side, :func:`serve_peer` and :class:`HandlerRecord`), background traffic, and the
+script's side, :func:`serve_peer` and :class:`HandlerRecord`, read by :class:`HandlerLog`), background traffic, and the
 queues txlog says there must be (:func:`expected_queues`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -15,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tidemark.log.codec import default_codec
 from tidemark.log.consumer import read_to_end
@@ -27,9 +30,9 @@ from tidemark.log.settings import Settings
 from tidemark.peer_client import message
 from tidemark.stack.processes import Child
 
-__all__ = ["wait_for", "Job", "PeerScript", "serve_peer", "HandlerRecord", "handled",
-           "done_ids", "exactly_once", "post", "acked_by", "ROOT", "expected_queues",
-           "BackgroundLoad"]
+__all__ = ["wait_for", "Job", "PeerScript", "serve_peer", "HandlerRecord", "HandlerLog",
+           "post", "restart_recipient", "acked_by", "ROOT", "expected_queues",
+           "BackgroundLoad", "tidemark_cli", "converge"]
 
 #: The repository root (peer scripts run there, so that they import the checkout).
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,30 +159,58 @@ class HandlerRecord:
                 os.fsync(self._fd)
 
 
-def handled(record: Path) -> list[tuple[str, str, str, int]]:
-    """``(kind, incarnation, message id, n)`` per line of a peer script's handler record."""
-    if not record.exists():
-        return []
-    rows = []
-    for line in record.read_text().splitlines():
-        kind, inc, mid, n = line.split()
-        rows.append((kind, inc, mid, int(n)))
-    return rows
+def tidemark_cli(settings: Settings, *args: str, timeout: float = 120.0) -> str:
+    """``tidemark *args`` on ``settings``' cluster and topics in a subprocess; its stdout
+    (the test fails on a non-zero exit, with the stderr)."""
+    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
+                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
-def done_ids(record: Path) -> list[str]:
-    """The message ids of the ``done`` lines of a handler record, in order."""
-    return [mid for kind, _, mid, _ in handled(record) if kind == "done"]
+def converge(job: Any, timeout: float = 240.0) -> dict[int, int]:
+    """Wait until the queues job's progress covers txlog's end; the test fails (with the
+    job's log) if it exits or the timeout passes. Returns the progress."""
+    from tidemark.spark_streaming.exceptions import QueuesError
+    try:
+        return dict(job.wait_for_progress(timeout))
+    except QueuesError as exc:
+        pytest.fail(str(exc))
 
 
-def exactly_once(record: Path, sent: list[str]) -> None:
-    """Each id in ``sent`` is in a ``done`` line of the handler record once, and no other id."""
-    counts = Counter(done_ids(record))
-    lost = [m for m in sent if counts[m] == 0]
-    twice = [m for m, c in counts.items() if c > 1]
-    assert not lost and not twice and set(counts) == set(sent), (
-        f"{len(sent)} sent, {len(counts)} handled: lost {lost[:5]} ({len(lost)}),"
-        f" twice {twice[:5]} ({len(twice)}), unknown {len(set(counts) - set(sent))}")
+class HandlerLog:
+    """The test's side of a peer script's :class:`HandlerRecord` in the file ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def rows(self) -> list[tuple[str, str, str, int]]:
+        """``(kind, incarnation, message id, n)`` per line, in the order written."""
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            kind, inc, mid, n = line.split()
+            rows.append((kind, inc, mid, int(n)))
+        return rows
+
+    def done_ids(self) -> list[str]:
+        """The message ids of the ``done`` lines, in order."""
+        return [mid for kind, _, mid, _ in self.rows() if kind == "done"]
+
+    def blocked(self) -> bool:
+        """Whether a handler wrote ``blocked``."""
+        return any(kind == "blocked" for kind, *_ in self.rows())
+
+    def exactly_once(self, sent: list[str]) -> None:
+        """Each id in ``sent`` is in a ``done`` line once, and no other id is."""
+        counts = Counter(self.done_ids())
+        lost = [m for m in sent if counts[m] == 0]
+        twice = [m for m, c in counts.items() if c > 1]
+        assert not lost and not twice and set(counts) == set(sent), (
+            f"{len(sent)} sent, {len(counts)} handled: lost {lost[:5]} ({len(lost)}),"
+            f" twice {twice[:5]} ({len(twice)}), unknown {len(set(counts) - set(sent))}")
 
 
 def post(sender: Any, to: str, ns: range) -> list[str]:
@@ -187,6 +218,24 @@ def post(sender: Any, to: str, ns: range) -> list[str]:
     ids = [sender.post(to, Job(n)) for n in ns]
     assert sender.flush(120)
     return ids
+
+
+def restart_recipient(sender: Any, to: str, record: HandlerLog, sent: list[str],
+                      start: Callable[[], PeerScript], down: range, live: range,
+                      ) -> tuple[str, dict[str, Any]]:
+    """The recipient ``to`` comes back: ``sender`` posts ``down`` while it is down,
+    ``start()`` runs it again and ``sender`` posts ``live`` to it (the ids are added to
+    ``sent``); once every id in ``sent`` is handled, it is stopped. Returns its incarnation
+    and its last status."""
+    sent += post(sender, to, down)
+    peer = start()
+    incarnation = peer.ready()
+    sent += post(sender, to, live)
+    wait_for(lambda: set(record.done_ids()) >= set(sent), 480, 0.2,
+             f"every message handled after {to}'s restart")
+    status = peer.status()
+    peer.stop()
+    return incarnation, status
 
 
 def acked_by(settings: Settings, peer_id: str, end: int | None = None) -> set[str]:

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from tests.support import PeerScript
+from tests.support import HandlerLog, PeerScript
 from tidemark.log.topics import delete_topic_set
 from tidemark.stack.launcher import LocalStack
 
-# A recipient in its own process. argv: state dir, peer id, record file (tests.support.handled),
+# A recipient in its own process. argv: state dir, peer id, record file (HandlerLog),
 # the n whose handler blocks before it records anything until "release" is read on stdin
 # (-1: none), PeerOptions and ReplicaReplayer keywords as JSON.
 RECIPIENT_SCRIPT = textwrap.dedent("""
@@ -61,9 +61,9 @@ def peer_scripts(tmp_path: Path) -> Iterator[Callable[..., PeerScript]]:
 def recipient(peer_scripts: Callable[..., PeerScript]) -> Callable[..., PeerScript]:
     """``start(stack, peer_id, record, block=-1, replay=None, **options)``: a run of
     :data:`RECIPIENT_SCRIPT` with these PeerOptions and ReplicaReplayer keywords."""
-    def start(stack: LocalStack, peer_id: str, record: Path, block: int = -1,
+    def start(stack: LocalStack, peer_id: str, record: HandlerLog, block: int = -1,
               replay: dict[str, Any] | None = None, **options: Any) -> PeerScript:
-        return peer_scripts(stack, peer_id, RECIPIENT_SCRIPT, str(record), str(block),
+        return peer_scripts(stack, peer_id, RECIPIENT_SCRIPT, str(record.path), str(block),
                             json.dumps(options), json.dumps(replay or {}))
     return start
 

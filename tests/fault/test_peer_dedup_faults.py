@@ -15,15 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import (
-    PeerScript,
-    acked_by,
-    done_ids,
-    exactly_once,
-    handled,
-    post,
-    wait_for,
-)
+from tests.support import HandlerLog, PeerScript, acked_by, post, restart_recipient, wait_for
 from tidemark.peer_client.peer import Peer
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
@@ -41,31 +33,27 @@ def test_sigkill_after_handlers_returned_without_their_acks(
     200 to B2 live. Every id is handled exactly once; B2 handles exactly 600..1599 in order
     and acks the 600 completed ones without calling the handler."""
     s, job = replicas_job
-    settings, record, dedup = s.settings(), tmp_path / "handled.log", str(tmp_path / "dedup")
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
+    dedup = str(tmp_path / "dedup")
     with Peer("A", None, settings) as a:
         sent = post(a, "DB", range(1000))                       # DB never ran: all logged
         b1 = recipient(s, "DB", record, block=600, inbox_limit=50, ack_linger_ms=600_000,
                        ack_batch=100_000, dedup_dir=dedup)
-        wait_for(lambda: any(k == "blocked" for k, *_ in handled(record)), 480, 0.1,
+        wait_for(record.blocked, 480, 0.1,
                  "B1 blocked in the handler of message 600, mid-replay")
         sent += post(a, "DB", range(1000, 1200))                # to B1, held back by it
         b1.sigkill()                                            # no wait for acks
-        finished = done_ids(record)
-        assert [n for k, _, _, n in handled(record) if k == "done"] == list(range(600))
+        finished = record.done_ids()
+        assert [n for k, _, _, n in record.rows() if k == "done"] == list(range(600))
         assert not acked_by(settings, "DB") & set(finished), \
             "B1's acks reached txlog: the kill did not land in the window under test"
-        sent += post(a, "DB", range(1200, 1400))                # B is down
-        b2 = recipient(s, "DB", record, dedup_dir=dedup)
-        inc2 = b2.ready()
-        sent += post(a, "DB", range(1400, 1600))                # to B2, live
-        wait_for(lambda: set(done_ids(record)) >= set(sent), 480, 0.2,
-                 "every message handled after B's restart")
-        st = b2.status()
-        b2.stop()
+        inc2, st = restart_recipient(                           # down, then B2 live
+            a, "DB", record, sent, lambda: recipient(s, "DB", record, dedup_dir=dedup),
+            range(1200, 1400), range(1400, 1600))
         wait_for(lambda: acked_by(settings, "DB") >= set(sent), 60, 0.2,
                  "B2 acked every message, the 600 it skipped included")
-    exactly_once(record, sent)
-    rows = handled(record)
+    record.exactly_once(sent)
+    rows = record.rows()
     b2_ns = [n for k, inc, _, n in rows if k == "done" and inc == inc2]
     assert b2_ns == list(range(600, 1600)), "B2: lost, duplicated or out of order"
     stats = st["stats"]

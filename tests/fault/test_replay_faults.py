@@ -17,17 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.replicas import status
-from tests.support import (
-    PeerScript,
-    acked_by,
-    done_ids,
-    exactly_once,
-    handled,
-    post,
-    wait_for,
-)
-from tidemark.gossip.cluster_config import ConfigLog
+from tests.replicas import current_epoch, status
+from tests.support import HandlerLog, PeerScript, acked_by, post, restart_recipient, wait_for
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.peer_client.peer import Peer
 from tidemark.stack.launcher import LocalStack
@@ -48,28 +39,23 @@ def test_recipient_sigkilled_mid_handler(replicas_job: tuple[LocalStack, JobProc
     replay is mid-stream too) while A keeps sending; SIGKILL once every message B1 finished
     is acked in txlog; A sends while B is down and after B2 is up: every message once."""
     s, job = replicas_job
-    settings, record = s.settings(), tmp_path / "handled.log"
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
     with Peer("A", None, settings) as a:
         sent = post(a, "B", range(1500))                     # B never ran: all logged
         b1 = recipient(s, "B", record, block=700, replay=REPLAY, inbox_limit=50)
-        wait_for(lambda: any(k == "blocked" for k, *_ in handled(record)), 480, 0.1,
+        wait_for(record.blocked, 480, 0.1,
                  "B1 blocked in a handler mid-replay")
         sent += post(a, "B", range(1500, 1700))              # to B1, held back by it
-        finished = done_ids(record)
-        assert [n for k, _, _, n in handled(record) if k == "done"] == list(range(700))
+        finished = record.done_ids()
+        assert [n for k, _, _, n in record.rows() if k == "done"] == list(range(700))
         wait_for(lambda: acked_by(settings, "B") >= set(finished), 60, 0.2,
                  "B1's acks of the handled messages in txlog")
         b1.sigkill()                                         # mid-handler, mid-replay
-        sent += post(a, "B", range(1700, 1900))              # B is down (or A thinks B1 up)
-        b2 = recipient(s, "B", record, replay=REPLAY)
-        inc2 = b2.ready()
-        sent += post(a, "B", range(1900, 2100))              # to B2, live
-        wait_for(lambda: set(done_ids(record)) >= set(sent), 480, 0.2,
-                 "every message handled after B's restart")
-        st = b2.status()
-        b2.stop()
-    exactly_once(record, sent)
-    rows = handled(record)
+        inc2, st = restart_recipient(   # B is down (or A thinks B1 up), then B2 live
+            a, "B", record, sent, lambda: recipient(s, "B", record, replay=REPLAY),
+            range(1700, 1900), range(1900, 2100))
+    record.exactly_once(sent)
+    rows = record.rows()
     blocked = [r for r in rows if r[0] == "blocked"]
     assert len(blocked) == 1 and blocked[0][3] == 700
     assert [r[3] for r in rows if r[0] == "done" and r[2] == blocked[0][2]] == [700]
@@ -86,15 +72,9 @@ def test_replica_serving_the_replay_sigkilled_mid_stream(
     (inbox limit 50), so the stream is in progress; the node serving it is SIGKILLed, the
     handler released: R goes on on the other replica and every message is handled once."""
     s, job = replicas_job
-    settings, record = s.settings(), tmp_path / "handled.log"
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
     tp = f"txlog/{partition_for_peer('R', settings.partitions)}"
-    config = ConfigLog(settings)
-    try:
-        epoch = config.read_to_end()
-    finally:
-        config.close()
-    assert epoch is not None
-    owners = epoch.owners()[tp]
+    owners = current_epoch(settings).owners()[tp]
     assert len(owners) == 2, owners
     killed = ""
     try:
@@ -102,7 +82,7 @@ def test_replica_serving_the_replay_sigkilled_mid_stream(
             sent = post(a, "R", range(5000))
             r = recipient(s, "R", record, block=1000, inbox_limit=50,
                           replay={**REPLAY, "batch": 500, "window": 100})
-            wait_for(lambda: any(k == "blocked" for k, *_ in handled(record)), 480, 0.1,
+            wait_for(record.blocked, 480, 0.1,
                      "R blocked in a handler mid-replay")
 
             def serving() -> str | None:
@@ -119,15 +99,15 @@ def test_replica_serving_the_replay_sigkilled_mid_stream(
             r.command("release")
             inc = r.ready()
             sent += post(a, "R", range(5000, 5300))            # live, after the handover
-            wait_for(lambda: set(done_ids(record)) >= set(sent), 480, 0.2,
+            wait_for(lambda: set(record.done_ids()) >= set(sent), 480, 0.2,
                      "every message handled after the replica's death")
             st = r.status()
             r.stop()
     finally:
         if killed:
             s.up(extra=[lambda st_: plan(st_, "2x2")], timeout_s=90)
-    exactly_once(record, sent)
-    ns = [n for k, i, _, n in handled(record) if k == "done" and i == inc]
+    record.exactly_once(sent)
+    ns = [n for k, i, _, n in record.rows() if k == "done" and i == inc]
     assert ns == list(range(5300)), "lost, duplicated or out of order"
     rep = st["replay"]
     assert rep["retries"] >= 1 and rep["nodes"][0] == killed, rep

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import Job, PeerScript, acked_by, handled, wait_for
+from tests.support import HandlerLog, Job, PeerScript, acked_by, wait_for
 from tidemark.log.settings import Settings
 from tidemark.peer_client import Delivery, PeerClientError
 from tidemark.peer_client.peer import Peer
@@ -145,12 +145,12 @@ class Traffic:
             peer.stop()
 
 
-def done_rows(record: Path) -> list[tuple[str, str, int]]:
+def done_rows(record: HandlerLog) -> list[tuple[str, str, int]]:
     """``(incarnation, message id, n)`` per handled message, in the order handled."""
-    return [(inc, mid, n) for kind, inc, mid, n in handled(record) if kind == "done"]
+    return [(inc, mid, n) for kind, inc, mid, n in record.rows() if kind == "done"]
 
 
-def stop_and_drain(traffic: Traffic, record: Path) -> set[str]:
+def stop_and_drain(traffic: Traffic, record: HandlerLog) -> set[str]:
     """Stop the senders; once every confirmed id is in the handler record, those ids."""
     confirmed = traffic.stop()
     wait_for(lambda: {m for _, m, _ in done_rows(record)} >= confirmed, 600, 0.5,
@@ -205,21 +205,21 @@ def test_restart_under_load_with_the_serving_replica_killed(
         replicas_job: tuple[LocalStack, JobProcess], tmp_path: Path, dedup: bool,
         peer_scripts: Callable[..., PeerScript]) -> None:
     s, job = replicas_job
-    settings, record = s.settings(), tmp_path / "handled.log"
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
     tag = "d" if dedup else "n"
     peer_id = f"B{tag}"
     dedup_dir = str(tmp_path / "dedup") if dedup else ""
     traffic = None
     killed = was_serving = ""
     try:
-        b1 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record), dedup_dir, "0")
+        b1 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "0")
         inc1 = b1.ready()
         traffic = Traffic(settings, peer_id, tag).start()
         wait_for(lambda: len(done_rows(record)) >= 3000, 180, 0.2, "B1 handling traffic")
         b1.sigkill()                                         # mid-handler, under load
         down_from = traffic.sent
         wait_for(lambda: traffic.sent >= down_from + 12_000, 120, 0.2, "traffic while B is down")
-        b2 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record), dedup_dir, "0")
+        b2 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "0")
 
         def serving() -> str | None:
             st = b2.status()
@@ -272,19 +272,19 @@ def test_a_start_that_fails_in_the_handover_stops_every_handler(
     """start() raises during the handover while handlers are busy: once it returned no
     handler runs, and the next incarnation (dedup store on) hands nothing over twice."""
     s, _ = replicas_job
-    settings, record = s.settings(), tmp_path / "handled.log"
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
     peer_id, dedup_dir = "Bf", str(tmp_path / "dedup")
     traffic = None
     try:
         traffic = Traffic(settings, peer_id, "f")  # B never ran: a backlog, then live
         traffic.start()
         wait_for(lambda: traffic.sent >= 6000, 120, 0.2, "a backlog for B")
-        b1 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record), dedup_dir, "1")
+        b1 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "1")
         out = b1.line()
         assert out.startswith("failed"), out
         inc1 = out.split()[1]
         b1.child.wait(30)
-        b2 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record), dedup_dir, "0")
+        b2 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "0")
         inc2 = b2.ready()
         wait_for(lambda: b2.status()["phase"] == "normal", 300, 0.2, "B2 normal")
         confirmed = stop_and_drain(traffic, record)
@@ -292,7 +292,7 @@ def test_a_start_that_fails_in_the_handover_stops_every_handler(
     finally:
         if traffic is not None:
             traffic.close()
-    lines = handled(record)
+    lines = record.rows()
     returned = next(i for i, (kind, inc, _, _) in enumerate(lines)
                     if kind == "returned" and inc == inc1)
     after = [row for row in lines[returned + 1:] if row[1] == inc1]

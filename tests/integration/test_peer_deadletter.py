@@ -13,16 +13,12 @@ job's own model in memory) gives the same deliveries and the same dead letter.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-from dataclasses import dataclass
 
 import pytest
 
-from tests.support import wait_for
-from tidemark.log.settings import Settings
-from tidemark.peer_client import MessageContext, message
+from tests.support import Job, tidemark_cli, wait_for
+from tidemark.peer_client import MessageContext
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.peer import Peer
 from tidemark.peer_client.replay import ReplicaReplayer
@@ -33,12 +29,6 @@ from tidemark.stack.queues_job import JobProcess
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 LIMIT, POISON = 3, 5
 JOB_ENV = {"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}  # for the replicas_job fixture
-
-
-@message("dltest.Job")
-@dataclass
-class Job:
-    n: int
 
 
 class Handler:
@@ -61,14 +51,6 @@ class Handler:
     def count(self) -> int:
         with self.lock:
             return len(self.items)
-
-
-def _cli(settings: Settings, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
-                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def _incarnation(s: LocalStack, job: JobProcess, seen: Handler, poison_deliveries: int,
@@ -108,7 +90,7 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
     st = _incarnation(s, job, seen, LIMIT)
     assert st["replayed"] == 0, st
     assert len(seen.of(POISON)) == LIMIT and seen.count() == 10 + LIMIT - 1
-    listed = json.loads(_cli(settings, "deadletter", "list", "--json", "--peer", "B"))
+    listed = json.loads(tidemark_cli(settings, "deadletter", "list", "--json", "--peer", "B"))
     (letter,) = [x for x in listed if x["kind"] == "delivery"]
     assert letter["count"] == LIMIT and letter["sender"] == "A"
     assert "job 5 is poison" in letter["reason"]
@@ -116,7 +98,7 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
     assert letter["message_id"] == mid
     assert _on_the_test_double(settings.environment) == (
         [(c, r) for _, c, r, _ in seen.of(POISON)], [(letter["count"], letter["reason"])])
-    _cli(settings, "deadletter", "replay", mid)       # while B is down
+    tidemark_cli(settings, "deadletter", "replay", mid)       # while B is down
     _incarnation(s, job, seen, LIMIT + 1)
     last = seen.of(POISON)[-1]
     assert len(seen.of(POISON)) == LIMIT + 1 and last[1] == 0 and last[3] != mid

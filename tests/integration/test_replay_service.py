@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.replicas import replica_stack, status, txlog_ust
+from tests.replicas import current_epoch, replica_stack, status, txlog_ust
 from tests.support import wait_for
-from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.replay_rows import entry_record, is_row
@@ -47,19 +46,9 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield s
 
 
-def epoch_of(stack: LocalStack) -> Epoch:
-    log = ConfigLog(stack.settings())
-    try:
-        epoch = log.read_to_end()
-    finally:
-        log.close()
-    assert epoch is not None
-    return epoch
-
-
 def owner(stack: LocalStack, peer: str) -> tuple[str, str]:
     """``(node, address)`` of the replica owning ``peer``'s partition."""
-    epoch = epoch_of(stack)
+    epoch = current_epoch(stack.settings())
     node = epoch.owners()[f"txlog/{partition_for_peer(peer, 4)}"][0]
     return node, epoch.nodes[node]
 
@@ -140,7 +129,7 @@ def test_replay_is_the_queue_in_txlog_order_paced_by_acks(stack: LocalStack) -> 
     mid_at = {off: mid for mid, off in sent}
 
     client = ReplicaClient()
-    stream = client.replay_any(epoch_of(stack), peer, ENV, batch=300, window=40)
+    stream = client.replay_any(current_epoch(stack.settings()), peer, ENV, batch=300, window=40)
     assert stream.node == owner(stack, peer)[0] and stream.barrier == sent[-1][1] + 2
     got = []
     for e in stream.entries():
@@ -199,9 +188,9 @@ def test_other_environment_and_other_partition_are_refused(stack: LocalStack) ->
     token = peer_env(stack, "cy", ENV)["TIDEMARK_PEER_TOKEN"]
     with pytest.raises(ReplayRefusedError, match="environment 'prod' is not this cluster's"):
         client.replay(address, "cy", "prod", token=token)
-    other = next(n for n in epoch_of(stack).nodes if n != node)
+    other = next(n for n in current_epoch(stack.settings()).nodes if n != node)
     with pytest.raises(ReplayRefusedError, match=f"{other} does not own txlog/"):
-        client.replay(epoch_of(stack).nodes[other], "cy", ENV)
+        client.replay(current_epoch(stack.settings()).nodes[other], "cy", ENV)
     assert pins_of(stack, node) == [] and pins_of(stack, other) == []
     client.close()
 
@@ -270,7 +259,7 @@ def test_replay_of_the_queues_the_spark_job_built(stack: LocalStack, tmp_path: P
     job = JobProcess(settings, tmp_path / "checkpoint", tmp_path / "job.log").start()
     client = ReplicaClient()
     try:
-        epoch = epoch_of(stack)
+        epoch = current_epoch(stack.settings())
         for peer in sorted(load.unacked):
             stream = client.replay_any(epoch, peer, ENV, barrier_timeout_ms=300_000)
             ids, offsets = [], []
