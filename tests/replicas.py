@@ -13,8 +13,10 @@ from typing import Any
 
 import grpc
 
+from tests.support import wait_for
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.service import ReplicaClient as Peers
+from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set
@@ -23,7 +25,7 @@ from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
 
 __all__ = ["replicas_and_job", "replica_stack", "status", "current_epoch", "ends",
-           "txlog_ust"]
+           "load_to_cut", "txlog_ust"]
 
 _VARS = ("TIDEMARK_BOOTSTRAP", "TIDEMARK_TOPIC_PREFIX", "TIDEMARK_PARTITIONS")
 
@@ -103,6 +105,15 @@ def current_epoch(settings: Settings) -> Epoch:
 def ends(stack: LocalStack) -> dict[str, int]:
     """``{"txlog/k": high watermark}``."""
     return {f"txlog/{k}": o for k, o in end_offsets(stack.settings(), "txlog").items()}
+
+
+def load_to_cut(stack: LocalStack, messages: int, seed: int, peers: int = 30) -> dict[str, int]:
+    """Write ``messages`` of load, then wait until the cut (the first answering node's txlog
+    UST) is at txlog's ends; returns those ends (:func:`ends`)."""
+    generate_load(stack.settings(), peers=peers, messages=messages, seed=seed)
+    target = ends(stack)
+    wait_for(lambda: txlog_ust(status(stack)) == target, 60, what="cut at the ends")
+    return target
 
 
 def txlog_ust(doc: dict | None) -> dict[str, int]:

@@ -85,6 +85,15 @@ class Queues:
                                       "txlog_offset": offset, "delivery_count": 0}),
                                   partition=k)
 
+    def queued(self, peer: str, n: int) -> int:
+        """``n`` Sends to ``peer``, each in its queue, and the progress past them; returns
+        the txlog partition."""
+        for mid, offset in self.sends(peer, n):
+            self.upsert(peer, mid, offset)
+        k = partition_for_peer(peer, 4)
+        self.progress(k)
+        return k
+
     def tombstone(self, peer: str, mid: str) -> None:
         self.producer.produce_raw(self.producer.topic("queues"), queue_key(peer, mid).encode(),
                                   None, partition=partition_for_peer(peer, 4))
@@ -216,10 +225,8 @@ def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: Loca
                                                                       tmp_path: Path) -> None:
     q = Queues(stack.settings())
     peer = "dee"
-    k, tp = partition_for_peer(peer, 4), f"txlog/{partition_for_peer(peer, 4)}"
-    for mid, off in q.sends(peer, 50):
-        q.upsert(peer, mid, off)
-    q.progress(k)
+    k = q.queued(peer, 50)
+    tp = f"txlog/{k}"
     node, address = owner(stack, peer)
     proc = Child([sys.executable, "-c", CLIENT, address, peer, "3000"], tmp_path / "client.err",
                  env={**os.environ, **peer_env(stack, peer, ENV)}, talk=True)
@@ -278,10 +285,8 @@ def test_replay_of_the_queues_the_spark_job_built(stack: LocalStack, tmp_path: P
 def test_pin_survives_a_replica_restart(stack: LocalStack) -> None:
     q = Queues(stack.settings())
     peer = "eve"
-    k, tp = partition_for_peer(peer, 4), f"txlog/{partition_for_peer(peer, 4)}"
-    for mid, off in q.sends(peer, 20):
-        q.upsert(peer, mid, off)
-    q.progress(k)
+    k = q.queued(peer, 20)
+    tp = f"txlog/{k}"
     node, address = owner(stack, peer)
     client = ReplicaClient()
     stream = client.replay(address, peer, ENV, lease_ms=120_000)

@@ -3,6 +3,8 @@ and its hand-built state requests are the bytes PySpark's protobuf classes produ
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,17 +29,10 @@ records = st.one_of(
         "peer": text, "environment": text, "timestamp_ms": long})))
 
 
-def _codec_view(value: bytes) -> object:
+def _view(decoder: Any, value: bytes) -> object:
+    """``(name, record)`` as ``decoder`` reads ``value``, or the CodecError type it raises."""
     try:
-        d = C.decode(value)
-        return d.name, d.record
-    except CodecError as exc:
-        return type(exc)
-
-
-def _reader_view(value: bytes) -> object:
-    try:
-        d = READER.decode(value)
+        d = decoder.decode(value)
         return d.name, d.record
     except CodecError as exc:
         return type(exc)
@@ -49,14 +44,14 @@ def test_fast_reader_matches_the_codec(case: tuple[str, dict], data: st.DataObje
     name, record = case
     fields = {f["name"] for f in C._named[name]["fields"]}
     value = C.encode(name, {k: v for k, v in record.items() if k in fields})
-    assert _reader_view(value) == _codec_view(value) == (name, READER.decode(value).record)
+    assert _view(READER, value) == _view(C, value) == (name, READER.decode(value).record)
     cut = data.draw(st.integers(0, len(value)))
     flip = data.draw(st.integers(0, max(0, len(value) - 1)))
     damaged = bytearray(value)
     if damaged:
         damaged[flip] ^= data.draw(st.integers(1, 255))
     for bad in (value[:cut], bytes(damaged), value + b"\x00"):
-        assert _reader_view(bad) == _codec_view(bad)
+        assert _view(READER, bad) == _view(C, bad)
 
 
 def test_hand_built_state_requests_are_pysparks_bytes() -> None:
