@@ -21,8 +21,8 @@ from tidemark.log.exceptions import ConfigError
 from tidemark.log.settings import Settings, load_settings
 
 __all__ = ["Parser", "EnvDefault", "env_flag", "add_settings_args", "settings_from_args",
-           "add_command", "add_rounds_args", "run_rounds_bench", "duration_ms", "cluster_file",
-           "print_json", "progress"]
+           "add_group", "add_command", "add_rounds_args", "run_rounds_bench", "duration_ms",
+           "cluster_file", "print_json", "progress"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -83,6 +83,14 @@ def add_settings_args(parser: argparse.ArgumentParser) -> None:
              help="Kafka bootstrap servers (default: the local stack's)")
     env_flag(parser, "--topic-prefix", "topic_prefix")
     env_flag(parser, "--state-dir", "state_dir")
+
+
+def add_group(commands: argparse._SubParsersAction[Any], name: str,
+              help: str) -> argparse._SubParsersAction[Any]:
+    """A command ``name`` whose ACTION (``args.<name>_command``) is required; its
+    subparsers, for :func:`add_command`."""
+    group = commands.add_parser(name, help=help)
+    return group.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
 
 
 def add_command(sub: argparse._SubParsersAction[Any], name: str,

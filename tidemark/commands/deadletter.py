@@ -9,7 +9,7 @@ import time
 from confluent_kafka import KafkaException
 
 from tidemark.log.exceptions import LogError
-from tidemark.options import add_command, print_json, settings_from_args
+from tidemark.options import add_command, add_group, print_json, settings_from_args
 from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["register"]
@@ -65,8 +65,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``deadletter list`` and ``deadletter replay``."""
-    dl = commands.add_parser("deadletter", help="dead-lettered messages and poison records")
-    sub = dl.add_subparsers(dest="deadletter_command", metavar="ACTION", required=True)
+    sub = add_group(commands, "deadletter", "dead-lettered messages and poison records")
     lst = add_command(sub, "list", _list, "what is in the deadletter topic (delivery failures"
                                           " and poison records)")
     lst.add_argument("--peer", default=None, help="only this peer's")

@@ -8,6 +8,7 @@ from typing import Any
 
 from tidemark.options import (
     add_command,
+    add_group,
     add_rounds_args,
     cluster_file,
     duration_ms,
@@ -150,8 +151,7 @@ def _bench_stable(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction[Any],
              bench: argparse._SubParsersAction[Any]) -> None:
     """Add ``peer`` and ``bench send``."""
-    peer = commands.add_parser("peer", help="peers in the directory; decommissioning")
-    sub = peer.add_subparsers(dest="peer_command", metavar="ACTION", required=True)
+    sub = add_group(commands, "peer", "peers in the directory; decommissioning")
     ls = add_command(sub, "list", _list, "id, environment, endpoint, up/down, incarnation,"
                                          " last heartbeat, queue depth")
     ls.add_argument("--environment", default=None, help="only this environment (default: all)")

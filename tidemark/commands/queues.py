@@ -10,13 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.log.exceptions import ConfigError
-from tidemark.options import (
-    add_command,
-    add_settings_args,
-    duration_ms,
-    env_flag,
-    settings_from_args,
-)
+from tidemark.options import add_command, add_group, duration_ms, env_flag, settings_from_args
 from tidemark.spark_streaming.checkpoint import default_checkpoint
 from tidemark.spark_streaming.exceptions import QueuesError
 
@@ -128,12 +122,9 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``queues run``, ``queues depth`` and ``bench queues``."""
-    queues = commands.add_parser("queues", help="the Spark job materializing per-peer queues")
-    sub = queues.add_subparsers(dest="queues_command", metavar="ACTION", required=True)
-    run = sub.add_parser("run", help="run the streaming job (Spark local mode or spark-submit)")
-    add_settings_args(run)
-    _job_args(run)
-    run.set_defaults(func=_run)
+    sub = add_group(commands, "queues", "the Spark job materializing per-peer queues")
+    _job_args(add_command(sub, "run", _run,
+                          "run the streaming job (Spark local mode or spark-submit)", json=False))
     depth = add_command(sub, "depth", _depth, "queue depth per peer, from the queues topic")
     depth.add_argument("--peer", default=None, help="only this peer")
     depth.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",

@@ -7,6 +7,7 @@ import argparse
 from tidemark.log.exceptions import ConfigError
 from tidemark.options import (
     add_command,
+    add_group,
     add_rounds_args,
     print_json,
     run_rounds_bench,
@@ -74,8 +75,7 @@ def _bench_produce(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``topics``, ``load`` and ``bench produce``."""
-    topics = commands.add_parser("topics", help="create or describe the five topics on any cluster")
-    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    tsub = add_group(commands, "topics", "create or describe the five topics on any cluster")
     create = add_command(tsub, "create", _topics_create,
                          "create missing topics with the durable defaults", json=False)
     create.add_argument("--timeout", type=float, default=120.0)

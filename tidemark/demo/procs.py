@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidemark.demo.ledger import read_handled
 from tidemark.exceptions import StackError
 from tidemark.stack.processes import Child
 
-__all__ = ["PeerProcess"]
+__all__ = ["PeerProcess", "start_senders", "wait_handled"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,3 +122,32 @@ class PeerProcess:
     def stderr_tail(self, lines: int = 15) -> str:
         """The last lines the child wrote on stderr."""
         return self.child.log_tail(lines)
+
+
+def start_senders(argv: dict[str, list[str]], folder: Path, state_dir: str | None,
+                  started: list[PeerProcess]) -> list[PeerProcess]:
+    """A sender process per name (``argv[name]``: its arguments after ``sender``; the ids it
+    sent go to ``<folder>/<name>.sent``), each added to ``started`` as it starts (the
+    caller stops them); returns them once every one is ready."""
+    senders = []
+    for name, args in argv.items():
+        sender = PeerProcess(name, ["sender", *args, "--sent", str(folder / f"{name}.sent")],
+                             folder, state_dir)
+        started.append(sender)
+        senders.append(sender)
+    for sender in senders:
+        sender.wait_ready(120)
+    return senders
+
+
+def wait_handled(receiver: PeerProcess, ledger: Path, want: set[str], timeout: float,
+                 say: Callable[[str], None]) -> None:
+    """Poll ``receiver``'s ledger (every second, saying how far it is) until it handled
+    every id in ``want``; returns at ``timeout`` seconds or once the receiver exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        have = {h.message_id for h in read_handled(ledger)}
+        if want <= have or time.monotonic() > deadline or not receiver.alive():
+            return
+        say(f"  B handled {len(want & have):,} of {len(want):,}")
+        time.sleep(1.0)  # polling the ledger file, bounded by the deadline above
