@@ -105,9 +105,7 @@ class PeerScript:
         self.child.wait(30)
 
     def sigkill(self) -> None:
-        self.child.kill()
-
-    def close(self) -> None:
+        """SIGKILL (when it still runs) and reap."""
         self.child.kill()
 
 

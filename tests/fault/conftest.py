@@ -54,7 +54,7 @@ def peer_scripts(tmp_path: Path) -> Iterator[Callable[..., PeerScript]]:
         return started[-1]
     yield start
     for proc in started:
-        proc.close()
+        proc.sigkill()
 
 
 @pytest.fixture
