@@ -17,8 +17,8 @@ from tidemark.log.topics import delete_topic_set
 from tidemark.stack.launcher import LocalStack
 
 # A recipient in its own process. argv: state dir, peer id, record file (HandlerLog),
-# the n whose handler blocks before it records anything until "release" is read on stdin
-# (-1: none), PeerOptions and ReplicaReplayer keywords as JSON.
+# the n whose handler writes "blocked" and waits, before it is done, until "release" is read
+# on stdin (-1: none), PeerOptions and ReplicaReplayer keywords as JSON.
 RECIPIENT_SCRIPT = textwrap.dedent("""
     import json, sys, threading
     from tidemark.log.settings import load_settings
