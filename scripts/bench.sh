@@ -17,47 +17,23 @@ echo "== machine: $(nproc) cores, load average $(cut -d" " -f1-3 /proc/loadavg)"
 # Before each bench: wait (up to 2 min) until the machine is quiet - the brokers' JIT after the
 # start, the replicas still ingesting the previous bench's records - and print how busy it was.
 settle() { echo "-- before this bench, machine $($T local settle --timeout 120 2>/dev/null | sed 's/^machine //')"; }
-echo
-echo "== bench produce (target ratio >= 0.8)"
-settle
-$T bench produce ${BENCH_ARGS:-}
-echo
-echo "== bench send (Peer.send durability log vs raw producer, target ratio >= 0.8)"
-settle
-$T bench send ${BENCH_ARGS:-}
-echo
-echo "== bench ingest (target >= 100k transactions/s per node)"
-settle
-$T bench ingest ${BENCH_ARGS:-}
-echo
-echo "== bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)"
-settle
-$T bench gc ${BENCH_ARGS:-}
-echo
-echo "== bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)"
-settle
-$T bench queues ${BENCH_ARGS:-}
-echo
-echo "== bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)"
-settle
-$T bench queues --backlog 1000000 ${BENCH_ARGS:-}
-echo
-echo "== bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added)"
+# run TITLE BENCH ARGS...: a heading, the settle line, then `tidemark bench BENCH ARGS...`.
+run() { echo; echo "== $1"; settle; shift; $T bench "$@" ${BENCH_ARGS:-}; }
+run "bench produce (target ratio >= 0.8)" produce
+run "bench send (Peer.send durability log vs raw producer, target ratio >= 0.8)" send
+run "bench ingest (target >= 100k transactions/s per node)" ingest
+run "bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)" gc
+run "bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)" queues
+run "bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)" queues --backlog 1000000
 $T local up --replicas 2x2 >/dev/null
-settle
-$T bench stable ${BENCH_ARGS:-}
-echo
-echo "== bench replay (a 1M backlog replayed into a Peer's handler vs a raw consumer of the same"
-echo "   queue records; targets >= 100k msgs/s and ratio >= 0.5; replica RSS sampled). The bench"
-echo "   writes the Sends and their queue records itself in the queues job's format (--fill"
-echo "   direct): the job is measured by bench queues above, not here."
-settle
-$T bench replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}" ${BENCH_ARGS:-}
-echo
-echo "== bench catchup (a peer down 60 s while 1,000 msgs/s go to it, restarted under the traffic;"
-echo "   target time to normal <= 15 s, held back within its bound; Spark job added)"
+run "bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added)" stable
+run "bench replay (a 1M backlog replayed into a Peer's handler vs a raw consumer of the same
+   queue records; targets >= 100k msgs/s and ratio >= 0.5; replica RSS sampled). The bench
+   writes the Sends and their queue records itself in the queues job's format (--fill
+   direct): the job is measured by bench queues above, not here." \
+    replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}"
 $T local up --replicas 2x2 --spark >/dev/null
-settle
-$T bench catchup ${BENCH_ARGS:-}
+run "bench catchup (a peer down 60 s while 1,000 msgs/s go to it, restarted under the traffic;
+   target time to normal <= 15 s, held back within its bound; Spark job added)" catchup
 echo
 echo "== load average after: $(cut -d" " -f1-3 /proc/loadavg)"

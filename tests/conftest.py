@@ -1,4 +1,5 @@
-"""Shared fixtures: a real local Kafka cluster (or an existing one), fresh topic sets.
+"""Shared fixtures: a real local Kafka cluster (or an existing one), fresh topic sets, replica
+nodes with the queues job.
 
 ``TIDEMARK_BOOTSTRAP`` names an existing cluster to use instead of starting one (the
 confluent-kafka-python fixture pattern). Otherwise one 3-broker KRaft cluster is started for
@@ -23,6 +24,7 @@ from tidemark.gossip.pki import init_ca
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import ensure_topics
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.queues_job import JobProcess
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -65,6 +67,20 @@ def fresh_settings(bootstrap: str) -> Settings:
                              topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
     ensure_topics(settings)
     return settings
+
+
+@pytest.fixture(scope="module")
+def replicas_job(request: pytest.FixtureRequest, bootstrap: str,
+                 tmp_path_factory: pytest.TempPathFactory,
+                 ) -> Iterator[tuple[LocalStack, JobProcess]]:
+    """The module's replica nodes (2x2) and Spark queues job on a fresh topic set of the
+    session's cluster (:func:`tests.replicas.replicas_and_job`); the job gets the module's
+    ``JOB_ENV`` variables, if it has any."""
+    from tests.replicas import replicas_and_job  # grpc and the replica extra: only here
+    folder = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with replicas_and_job(bootstrap, folder, env=getattr(request.module, "JOB_ENV", None)
+                          ) as (stack, job):
+        yield stack, job
 
 
 @pytest.fixture

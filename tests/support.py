@@ -1,19 +1,23 @@
 """Helpers for tests: waiting on a condition with a deadline (never a bare sleep), a peer run
-as a separate process (for the fault tests that SIGKILL it), and the queues txlog says there
-must be (:func:`expected_queues`)."""
+as a separate process (for the fault tests that SIGKILL it: :class:`PeerScript`, and the
+script's side, :func:`serve_peer` and :class:`HandlerRecord`, read by :class:`HandlerLog`), background traffic, and the
+queues txlog says there must be (:func:`expected_queues`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError
@@ -23,8 +27,12 @@ from tidemark.log.queue_fold import QueueFold, events_of
 from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, MAX_ID_BYTES, Ttl
 from tidemark.log.settings import Settings
 from tidemark.log.wire import default_codec
+from tidemark.peer_client import message
+from tidemark.stack.processes import Child
 
-__all__ = ["wait_for", "PeerScript", "handled", "ROOT", "expected_queues", "BackgroundLoad"]
+__all__ = ["wait_for", "Job", "PeerScript", "serve_peer", "HandlerRecord", "HandlerLog",
+           "post", "restart_recipient", "acked_by", "ROOT", "expected_queues",
+           "BackgroundLoad", "tidemark_cli", "converge"]
 
 #: The repository root (peer scripts run there, so that they import the checkout).
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,11 +51,20 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, interval: f
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+@message("tests.Job")
+@dataclass
+class Job:
+    """The message of the peer scripts' handlers: its number ``n``."""
+
+    n: int
+
+
 class PeerScript:
     """A peer run as a separate process (``python -c script state_dir peer_id *args``) that
     the test drives over stdin/stdout: ``ready <incarnation>``, ``status`` (one JSON line),
-    ``stop`` (answers ``stopped``), or a SIGKILL. When the stack's cluster file has a secret,
-    the process gets its own replay token (it never holds the secret)."""
+    ``stop`` (answers ``stopped``), or a SIGKILL (the script's side: :func:`serve_peer`).
+    When the stack's cluster file has a secret, the process gets its own replay token (it
+    never holds the secret)."""
 
     def __init__(self, stack: Any, peer_id: str, script: str, args: list[str],
                  tmp: Path) -> None:
@@ -55,26 +72,21 @@ class PeerScript:
         from tidemark.replica.config import load_cluster_file
         from tidemark.stack.replicas import CONFIG_NAME
 
-        self.err = tmp / f"{peer_id}-{os.getpid()}-{id(self)}.err"
         env = dict(os.environ)
         secret = load_cluster_file(stack.state_dir / CONFIG_NAME).secret
         if secret:
             env["TIDEMARK_PEER_TOKEN"] = issue_token(secret, stack.settings().environment,
                                                      peer_id)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", script, str(stack.state_dir), peer_id, *args],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err.open("w"), text=True)
+        self.child = Child([sys.executable, "-c", script, str(stack.state_dir), peer_id, *args],
+                           tmp / f"{peer_id}-{os.getpid()}-{id(self)}.err", env=env, cwd=ROOT,
+                           talk=True)
 
     def command(self, cmd: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
+        self.child.send(cmd)
 
     def line(self) -> str:
-        assert self.proc.stdout is not None
-        out = self.proc.stdout.readline()
-        assert out, f"peer process exited: {self.errors()}"
+        out = self.child.readline()
+        assert out, f"peer process exited: {self.child.log_tail(40)}"
         return out.strip()
 
     def ready(self) -> str:
@@ -90,30 +102,155 @@ class PeerScript:
     def stop(self) -> None:
         self.command("stop")
         assert self.line() == "stopped"
-        self.proc.wait(30)
+        self.child.wait(30)
 
     def sigkill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def errors(self) -> str:
-        return self.err.read_text()[-3000:] if self.err.exists() else ""
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        """SIGKILL (when it still runs) and reap."""
+        self.child.kill()
 
 
-def handled(record: Path) -> list[tuple[str, str, str, int]]:
-    """``(kind, incarnation, message id, n)`` per line of a peer script's handler record."""
-    if not record.exists():
-        return []
-    rows = []
-    for line in record.read_text().splitlines():
-        kind, inc, mid, n = line.split()
-        rows.append((kind, inc, mid, int(n)))
-    return rows
+def serve_peer(peer: Any, actions: Mapping[str, Callable[[], object]] | None = None,
+               on_start_error: Callable[[], object] | None = None) -> None:
+    """The script's side of :class:`PeerScript`: answer ``status`` and ``stop`` (and the
+    commands in ``actions``) read on stdin in a thread, start ``peer``, print ``ready
+    INCARNATION`` and wait for ``stop`` or the SIGKILL. If ``start()`` raises,
+    ``on_start_error`` runs (without it, the error ends the script)."""
+    def commands() -> None:
+        for line in sys.stdin:
+            cmd = line.strip()
+            if cmd == "status":
+                print(json.dumps(peer.status()), flush=True)
+            elif cmd == "stop":
+                break
+            elif actions and cmd in actions:
+                actions[cmd]()
+        peer.stop()
+        print("stopped", flush=True)
+        os._exit(0)
+
+    threading.Thread(target=commands, daemon=True).start()
+    try:
+        peer.start()
+    except Exception:
+        if on_start_error is None:
+            raise
+        on_start_error()
+    print("ready", peer.incarnation, flush=True)
+    threading.Event().wait()
+
+
+class HandlerRecord:
+    """The script's side of :func:`handled`: a line ``kind incarnation message_id n`` per
+    event, appended in one write (and fsync'ed, unless ``fsync`` is off) before the handler
+    returns, so that a SIGKILL of the process keeps it."""
+
+    def __init__(self, path: str, fsync: bool = True) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fsync = fsync
+        self._lock = threading.Lock()
+
+    def write(self, kind: str, incarnation: str, message_id: str, n: int) -> None:
+        line = f"{kind} {incarnation} {message_id} {n}\n".encode()
+        with self._lock:
+            os.write(self._fd, line)
+            if self._fsync:
+                os.fsync(self._fd)
+
+
+def tidemark_cli(settings: Settings, *args: str, timeout: float = 120.0) -> str:
+    """``tidemark *args`` on ``settings``' cluster and topics in a subprocess; its stdout
+    (the test fails on a non-zero exit, with the stderr)."""
+    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
+                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def converge(job: Any, timeout: float = 240.0) -> dict[int, int]:
+    """Wait until the queues job's progress covers txlog's end; the test fails (with the
+    job's log) if it exits or the timeout passes. Returns the progress."""
+    from tidemark.spark_streaming.exceptions import QueuesError
+    try:
+        return dict(job.wait_for_progress(timeout))
+    except QueuesError as exc:
+        pytest.fail(str(exc))
+
+
+class HandlerLog:
+    """The test's side of a peer script's :class:`HandlerRecord` in the file ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def rows(self) -> list[tuple[str, str, str, int]]:
+        """``(kind, incarnation, message id, n)`` per line, in the order written."""
+        if not self.path.exists():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            kind, inc, mid, n = line.split()
+            rows.append((kind, inc, mid, int(n)))
+        return rows
+
+    def done_ids(self) -> list[str]:
+        """The message ids of the ``done`` lines, in order."""
+        return [mid for kind, _, mid, _ in self.rows() if kind == "done"]
+
+    def blocked(self) -> bool:
+        """Whether a handler wrote ``blocked``."""
+        return any(kind == "blocked" for kind, *_ in self.rows())
+
+    def exactly_once(self, sent: list[str]) -> None:
+        """Each id in ``sent`` is in a ``done`` line once, and no other id is."""
+        counts = Counter(self.done_ids())
+        lost = [m for m in sent if counts[m] == 0]
+        twice = [m for m, c in counts.items() if c > 1]
+        assert not lost and not twice and set(counts) == set(sent), (
+            f"{len(sent)} sent, {len(counts)} handled: lost {lost[:5]} ({len(lost)}),"
+            f" twice {twice[:5]} ({len(twice)}), unknown {len(set(counts) - set(sent))}")
+
+
+def post(sender: Any, to: str, ns: range) -> list[str]:
+    """``sender`` posts a :class:`Job` to ``to`` for each n and flushes; the message ids."""
+    ids = [sender.post(to, Job(n)) for n in ns]
+    assert sender.flush(120)
+    return ids
+
+
+def restart_recipient(sender: Any, to: str, record: HandlerLog, sent: list[str],
+                      start: Callable[[], PeerScript], down: range, live: range,
+                      ) -> tuple[str, dict[str, Any]]:
+    """The recipient ``to`` comes back: ``sender`` posts ``down`` while it is down,
+    ``start()`` runs it again and ``sender`` posts ``live`` to it (the ids are added to
+    ``sent``); once every id in ``sent`` is handled, it is stopped. Returns its incarnation
+    and its last status."""
+    sent += post(sender, to, down)
+    peer = start()
+    incarnation = peer.ready()
+    sent += post(sender, to, live)
+    wait_for(lambda: set(record.done_ids()) >= set(sent), 480, 0.2,
+             f"every message handled after {to}'s restart")
+    status = peer.status()
+    peer.stop()
+    return incarnation, status
+
+
+def acked_by(settings: Settings, peer_id: str, end: int | None = None) -> set[str]:
+    """Message ids of the Acks ``peer_id`` appended to txlog (below offset ``end`` of its
+    partition, when given)."""
+    from tidemark.log.partitioner import partition_for_peer
+    from tidemark.peer_client.records import peer_codec
+    codec, out = peer_codec(), set()
+    k = partition_for_peer(peer_id, settings.partitions)
+    for batch in read_to_end(settings, "txlog", [k]):
+        for m in batch:
+            if (end is not None and m.offset() >= end) or m.key() != peer_id.encode():
+                continue
+            dec = codec.decode(m.value())
+            if dec.name in ("Ack", "AckBatch") and dec.record["peer"] == peer_id:
+                out.update(dec.record.get("message_ids") or [dec.record.get("message_id")])
+    return out
 
 
 class BackgroundLoad:

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,8 +21,8 @@ from tidemark.log.exceptions import ConfigError
 from tidemark.log.settings import Settings, load_settings
 
 __all__ = ["Parser", "EnvDefault", "env_flag", "add_settings_args", "settings_from_args",
-           "cluster_file",
-           "print_json", "progress"]
+           "add_group", "add_command", "add_rounds_args", "run_rounds_bench", "duration_ms",
+           "cluster_file", "print_json", "progress"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -82,6 +83,56 @@ def add_settings_args(parser: argparse.ArgumentParser) -> None:
              help="Kafka bootstrap servers (default: the local stack's)")
     env_flag(parser, "--topic-prefix", "topic_prefix")
     env_flag(parser, "--state-dir", "state_dir")
+
+
+def add_group(commands: argparse._SubParsersAction[Any], name: str,
+              help: str) -> argparse._SubParsersAction[Any]:
+    """A command ``name`` whose ACTION (``args.<name>_command``) is required; its
+    subparsers, for :func:`add_command`."""
+    group = commands.add_parser(name, help=help)
+    return group.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+
+
+def add_command(sub: argparse._SubParsersAction[Any], name: str,
+                func: Callable[[argparse.Namespace], int], help: str,
+                json: bool = True) -> argparse.ArgumentParser:
+    """A subcommand ``name`` of ``sub`` that runs ``func``, with the settings flags
+    (:func:`add_settings_args`) and, unless ``json`` is off, ``--json``."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    add_settings_args(parser)
+    if json:
+        parser.add_argument("--json", action="store_true")
+    parser.set_defaults(func=func)
+    return parser
+
+
+def add_rounds_args(parser: argparse.ArgumentParser, messages: int = 200_000,
+                    rounds: bool = True) -> None:
+    """``--messages`` and ``--payload-bytes`` of a throughput bench (and ``--rounds``, the
+    rounds whose median it reports); :func:`run_rounds_bench` runs it."""
+    parser.add_argument("--messages", type=int, default=messages)
+    parser.add_argument("--payload-bytes", type=int, default=150)
+    if rounds:
+        parser.add_argument("--rounds", type=int, default=3)
+
+
+def run_rounds_bench(args: argparse.Namespace,
+                     bench: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """``bench`` (``bench produce``, ``bench send``) on the flags' cluster with the
+    :func:`add_rounds_args` flags, progress on stderr and the brokers' JIT probe."""
+    from tidemark.stack.settle import broker_jit_probe
+    settings = settings_from_args(args)
+    return bench(settings, messages=args.messages, payload_bytes=args.payload_bytes,
+                 rounds=args.rounds, progress=progress,
+                 jit=broker_jit_probe(settings.bootstrap, args.state_dir))
+
+
+def duration_ms(text: str) -> int:
+    """An argparse ``type``: a duration such as ``500ms`` or ``24h``, in milliseconds."""
+    try:
+        return registry.parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

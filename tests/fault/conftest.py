@@ -1,16 +1,71 @@
-"""Fixtures shared by the fault drills of this folder."""
+"""Fixtures shared by the fault drills of this folder: a stack over the session's cluster,
+and peers in processes of their own (the drills SIGKILL them)."""
 
 from __future__ import annotations
 
 import json
+import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support import HandlerLog, PeerScript
 from tidemark.log.topics import delete_topic_set
 from tidemark.stack.launcher import LocalStack
+
+# A recipient in its own process. argv: state dir, peer id, record file (HandlerLog),
+# the n whose handler writes "blocked" and waits, before it is done, until "release" is read
+# on stdin (-1: none), PeerOptions and ReplicaReplayer keywords as JSON.
+RECIPIENT_SCRIPT = textwrap.dedent("""
+    import json, sys, threading
+    from tidemark.log.settings import load_settings
+    from tidemark.peer_client import MessageContext, Peer, PeerOptions
+    from tidemark.peer_client.replay import ReplicaReplayer
+    from tests.support import HandlerRecord, Job, serve_peer
+
+    state, peer_id, path, block, options, replay = sys.argv[1:7]
+    settings = load_settings(state_dir=state)
+    record, go = HandlerRecord(path), threading.Event()
+    peer = Peer(peer_id, None, settings, PeerOptions(**json.loads(options)),
+                replayer=ReplicaReplayer(settings, **json.loads(replay)))
+
+    def on_job(msg: Job, ctx: MessageContext) -> None:
+        if msg.n == int(block):
+            record.write("blocked", peer.incarnation, ctx.message_id, msg.n)
+            go.wait()  # until "release", or the SIGKILL
+        record.write("done", peer.incarnation, ctx.message_id, msg.n)
+
+    peer.handler(Job)(on_job)
+    serve_peer(peer, {"release": go.set})
+""")
+
+
+@pytest.fixture
+def peer_scripts(tmp_path: Path) -> Iterator[Callable[..., PeerScript]]:
+    """``start(stack, peer_id, script, *args)``: a :class:`~tests.support.PeerScript`;
+    the ones still running at the end of the test are SIGKILLed."""
+    started: list[PeerScript] = []
+
+    def start(stack: LocalStack, peer_id: str, script: str, *args: str) -> PeerScript:
+        started.append(PeerScript(stack, peer_id, script, list(args), tmp_path))
+        return started[-1]
+    yield start
+    for proc in started:
+        proc.sigkill()
+
+
+@pytest.fixture
+def recipient(peer_scripts: Callable[..., PeerScript]) -> Callable[..., PeerScript]:
+    """``start(stack, peer_id, record, block=-1, replay=None, **options)``: a run of
+    :data:`RECIPIENT_SCRIPT` with these PeerOptions and ReplicaReplayer keywords."""
+    def start(stack: LocalStack, peer_id: str, record: HandlerLog, block: int = -1,
+              replay: dict[str, Any] | None = None, **options: Any) -> PeerScript:
+        return peer_scripts(stack, peer_id, RECIPIENT_SCRIPT, str(record.path), str(block),
+                            json.dumps(options), json.dumps(replay or {}))
+    return start
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ peer id restarts at once (the dead registration is taken over, not waited out)."
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -14,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for
+from tests.support import ROOT, wait_for
 from tidemark.log.consumer import read_to_end
 from tidemark.log.settings import Settings
 from tidemark.peer_client import PeerOptions, message
 from tidemark.peer_client.peer import Peer
 from tidemark.peer_client.records import peer_codec
+from tidemark.stack.processes import Child
 
 pytestmark = pytest.mark.fault
-ROOT = Path(__file__).resolve().parents[2]
 
 B_SCRIPT = textwrap.dedent("""
     import sys, threading
@@ -52,19 +50,17 @@ def test_sigkill_of_a_recipient(fresh_settings: Settings, tmp_path: Path) -> Non
     env = {**os.environ, "TIDEMARK_BOOTSTRAP": fresh_settings.bootstrap,
            "TIDEMARK_TOPIC_PREFIX": fresh_settings.topic_prefix,
            "TIDEMARK_PARTITIONS": str(fresh_settings.partitions)}
-    errors = (tmp_path / "b.err").open("w")
-    proc = subprocess.Popen([sys.executable, "-c", B_SCRIPT], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=errors, text=True)
+    proc = Child([sys.executable, "-c", B_SCRIPT], tmp_path / "b.err", env=env, cwd=ROOT,
+                 talk=True)
     try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("ready"), (tmp_path / "b.err").read_text()
+        line = proc.readline()
+        assert line.startswith("ready"), proc.log_tail()
         old = line.split()[1]
         opts = PeerOptions(heartbeat_ms=500, dead_after_ms=30_000, direct_timeout_ms=2000)
         with Peer("A", "test", fresh_settings, opts) as a:
             a.wait_for_peer("B", condition=lambda e: e.incarnation == old)
             before = [a.send("B", Work(i)) for i in range(50)]
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+            proc.kill()
             after = [a.send("B", Work(i)) for i in range(50, 100)]  # never raises
             b2 = Peer("B", "test", fresh_settings, opts).start()   # no waiting for expiry
             try:
@@ -74,8 +70,7 @@ def test_sigkill_of_a_recipient(fresh_settings: Settings, tmp_path: Path) -> Non
             finally:
                 b2.stop()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        proc.kill()
     codec = peer_codec()
     sends = {r["message_id"]: r for msgs in read_to_end(fresh_settings, "txlog")
              for m in msgs if (r := codec.decode(m.value()).record) and

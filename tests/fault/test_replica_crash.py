@@ -5,21 +5,18 @@ duplicate."""
 from __future__ import annotations
 
 import random
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.replicas import ends, replica_stack, status
 from tests.support import wait_for
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
 from tidemark.replica.store import Store
 from tidemark.stack.replicas import plan
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_replica_support import ends, replica_stack, status  # noqa: E402
 
 pytestmark = pytest.mark.fault
 

@@ -17,31 +17,23 @@ senders' sends confirmed.
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import PeerScript, handled, wait_for
-from tidemark.log.consumer import read_to_end
-from tidemark.log.partitioner import partition_for_peer
+from tests.support import HandlerLog, Job, PeerScript, acked_by, wait_for
 from tidemark.log.settings import Settings
-from tidemark.peer_client import Delivery, PeerClientError, message
+from tidemark.peer_client import Delivery, PeerClientError
 from tidemark.peer_client.peer import Peer
-from tidemark.peer_client.records import peer_codec
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import plan
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_replica_support import replicas_and_job  # noqa: E402
 
 pytestmark = [pytest.mark.fault, pytest.mark.spark, pytest.mark.load, pytest.mark.timeout(1200)]
 
@@ -52,21 +44,16 @@ STRIDE = 10_000_000
 # off), "1" to make start() fail during the handover. stdin: "status", "stop". stdout:
 # "ready INCARNATION", or "failed INCARNATION" once start() raised.
 PEER_SCRIPT = textwrap.dedent("""
-    import json, os, sys, threading, time
-    from dataclasses import dataclass
+    import os, sys, time
     from tidemark.log.exceptions import LogError
     from tidemark.log.settings import load_settings
-    from tidemark.peer_client import MessageContext, Peer, PeerOptions, message
+    from tidemark.peer_client import MessageContext, Peer, PeerOptions
     from tidemark.peer_client.replay import ReplicaReplayer
-
-    @message("rload.Job")
-    @dataclass
-    class Job:
-        n: int
+    from tests.support import HandlerRecord, Job, serve_peer
 
     state, peer_id, path, dedup, fail = sys.argv[1:6]
     settings = load_settings(state_dir=state)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    record = HandlerRecord(path, fsync=False)
 
     class FailingHandover(ReplicaReplayer):
         def _handover(self, core):
@@ -83,47 +70,17 @@ PEER_SCRIPT = textwrap.dedent("""
 
     def on_job(msg: Job, ctx: MessageContext) -> None:
         time.sleep(0.0005)
-        os.write(fd, f"done {peer.incarnation} {ctx.message_id} {msg.n}\\n".encode())
+        record.write("done", peer.incarnation, ctx.message_id, msg.n)
 
-    peer.handler(Job)(on_job)
-
-    def commands():
-        for line in sys.stdin:
-            cmd = line.strip()
-            if cmd == "status":
-                print(json.dumps(peer.status()), flush=True)
-            elif cmd == "stop":
-                break
-        peer.stop()
-        print("stopped", flush=True)
-        os._exit(0)
-
-    threading.Thread(target=commands, daemon=True).start()
-    try:
-        peer.start()
-    except Exception:
-        os.write(fd, f"returned {peer.incarnation} - 0\\n".encode())
+    def returned():
+        record.write("returned", peer.incarnation, "-", 0)
         time.sleep(3)  # an observation window: no handler may write after "returned"
         print("failed", peer.incarnation, flush=True)
         os._exit(3)
-    print("ready", peer.incarnation, flush=True)
-    threading.Event().wait()
+
+    peer.handler(Job)(on_job)
+    serve_peer(peer, on_start_error=returned)
 """)
-
-
-@message("rload.Job")
-@dataclass
-class Job:
-    n: int
-
-
-class LoadPeer(PeerScript):
-    """One run of the recipient script."""
-
-    def __init__(self, stack: LocalStack, peer_id: str, record: Path, tmp: Path, dedup: str,
-                 fail: bool = False) -> None:
-        super().__init__(stack, peer_id, PEER_SCRIPT, [str(record), dedup, "1" if fail else "0"],
-                         tmp)
 
 
 class Traffic:
@@ -188,46 +145,17 @@ class Traffic:
             peer.stop()
 
 
-@pytest.fixture(scope="module")
-def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[tuple[LocalStack, JobProcess]]:
-    folder = tmp_path_factory.mktemp("restart-load")
-    with replicas_and_job(bootstrap, folder) as (s, job):
-        yield s, job
-
-
-def done_rows(record: Path) -> list[tuple[str, str, int]]:
+def done_rows(record: HandlerLog) -> list[tuple[str, str, int]]:
     """``(incarnation, message id, n)`` per handled message, in the order handled."""
-    return [(inc, mid, n) for kind, inc, mid, n in handled(record) if kind == "done"]
+    return [(inc, mid, n) for kind, inc, mid, n in record.rows() if kind == "done"]
 
 
-def acked_before(settings: Settings, peer_id: str, end: int) -> set[str]:
-    """Ids ``peer_id`` acked in txlog below offset ``end`` of its partition."""
-    codec, out = peer_codec(), set()
-    k = partition_for_peer(peer_id, settings.partitions)
-    for batch in read_to_end(settings, "txlog", [k]):
-        for m in batch:
-            if m.offset() >= end or m.key() != peer_id.encode():
-                continue
-            dec = codec.decode(m.value())
-            if dec.name in ("Ack", "AckBatch") and dec.record["peer"] == peer_id:
-                out.update(dec.record.get("message_ids") or [dec.record.get("message_id")])
-    return out
-
-
-def stop_and_drain(traffic: Traffic, record: Path) -> set[str]:
+def stop_and_drain(traffic: Traffic, record: HandlerLog) -> set[str]:
     """Stop the senders; once every confirmed id is in the handler record, those ids."""
     confirmed = traffic.stop()
     wait_for(lambda: {m for _, m, _ in done_rows(record)} >= confirmed, 600, 0.5,
              "every confirmed message handled by B2")
     return confirmed
-
-
-def close_all(*parts: LoadPeer | Traffic | None) -> None:
-    """Close the peer processes and the senders that were started."""
-    for part in parts:
-        if part is not None:
-            part.close()
 
 
 def check_history(rows: list[tuple[str, str, int]], confirmed: set[str],
@@ -274,24 +202,24 @@ def test_checker_fails_on_a_broken_history() -> None:
 
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup-store", "no-dedup-store"])
 def test_restart_under_load_with_the_serving_replica_killed(
-        stack: tuple[LocalStack, JobProcess], tmp_path: Path, dedup: bool) -> None:
-    s, job = stack
-    settings, record = s.settings(), tmp_path / "handled.log"
+        replicas_job: tuple[LocalStack, JobProcess], tmp_path: Path, dedup: bool,
+        peer_scripts: Callable[..., PeerScript]) -> None:
+    s, job = replicas_job
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
     tag = "d" if dedup else "n"
     peer_id = f"B{tag}"
     dedup_dir = str(tmp_path / "dedup") if dedup else ""
-    b1 = b2 = None
     traffic = None
     killed = was_serving = ""
     try:
-        b1 = LoadPeer(s, peer_id, record, tmp_path, dedup_dir)
+        b1 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "0")
         inc1 = b1.ready()
         traffic = Traffic(settings, peer_id, tag).start()
         wait_for(lambda: len(done_rows(record)) >= 3000, 180, 0.2, "B1 handling traffic")
         b1.sigkill()                                         # mid-handler, under load
         down_from = traffic.sent
         wait_for(lambda: traffic.sent >= down_from + 12_000, 120, 0.2, "traffic while B is down")
-        b2 = LoadPeer(s, peer_id, record, tmp_path, dedup_dir)
+        b2 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "0")
 
         def serving() -> str | None:
             st = b2.status()
@@ -313,7 +241,8 @@ def test_restart_under_load_with_the_serving_replica_killed(
         st = b2.status()
         b2.stop()
     finally:
-        close_all(b1, b2, traffic)
+        if traffic is not None:
+            traffic.close()
         if killed:
             s.up(extra=[lambda st_: plan(st_, "2x2")], timeout_s=120)
     rows = done_rows(record)
@@ -321,8 +250,8 @@ def test_restart_under_load_with_the_serving_replica_killed(
     # without the store a message B1 handled but had not acked is delivered again (at least
     # once across a crash); one B1 acked before B2's replay barrier never is
     handled_by_b1 = {m for inc, m, _ in rows if inc == inc1}
-    redeliverable = set() if dedup else handled_by_b1 - acked_before(settings, peer_id,
-                                                                     rep["barrier"])
+    redeliverable = set() if dedup else handled_by_b1 - acked_by(settings, peer_id,
+                                                                 rep["barrier"])
     counts = check_history(rows, confirmed, redeliverable)
     assert {inc for inc, _, _ in rows} == {inc1, inc2}
     assert rep["retries"] >= 1 and rep["nodes"][0] == was_serving, rep
@@ -338,31 +267,32 @@ def test_restart_under_load_with_the_serving_replica_killed(
 
 
 def test_a_start_that_fails_in_the_handover_stops_every_handler(
-        stack: tuple[LocalStack, JobProcess], tmp_path: Path) -> None:
+        replicas_job: tuple[LocalStack, JobProcess], tmp_path: Path,
+        peer_scripts: Callable[..., PeerScript]) -> None:
     """start() raises during the handover while handlers are busy: once it returned no
     handler runs, and the next incarnation (dedup store on) hands nothing over twice."""
-    s, _ = stack
-    settings, record = s.settings(), tmp_path / "handled.log"
+    s, _ = replicas_job
+    settings, record = s.settings(), HandlerLog(tmp_path / "handled.log")
     peer_id, dedup_dir = "Bf", str(tmp_path / "dedup")
-    b1 = b2 = None
     traffic = None
     try:
         traffic = Traffic(settings, peer_id, "f")  # B never ran: a backlog, then live
         traffic.start()
         wait_for(lambda: traffic.sent >= 6000, 120, 0.2, "a backlog for B")
-        b1 = LoadPeer(s, peer_id, record, tmp_path, dedup_dir, fail=True)
+        b1 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "1")
         out = b1.line()
         assert out.startswith("failed"), out
         inc1 = out.split()[1]
-        b1.proc.wait(30)
-        b2 = LoadPeer(s, peer_id, record, tmp_path, dedup_dir)
+        b1.child.wait(30)
+        b2 = peer_scripts(s, peer_id, PEER_SCRIPT, str(record.path), dedup_dir, "0")
         inc2 = b2.ready()
         wait_for(lambda: b2.status()["phase"] == "normal", 300, 0.2, "B2 normal")
         confirmed = stop_and_drain(traffic, record)
         b2.stop()
     finally:
-        close_all(b1, b2, traffic)
-    lines = handled(record)
+        if traffic is not None:
+            traffic.close()
+    lines = record.rows()
     returned = next(i for i, (kind, inc, _, _) in enumerate(lines)
                     if kind == "returned" and inc == inc1)
     after = [row for row in lines[returned + 1:] if row[1] == inc1]

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_replica_support import replica_stack
 
+from tests.replicas import replica_stack
 from tidemark.demo.catchup_bench import NEEDS, render
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan as spark_plan

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from test_replica_support import ends, status, txlog_ust
 
+from tests.replicas import ends, status, txlog_ust
 from tests.support import wait_for
 from tidemark.log.consumer import read_to_end
 from tidemark.stack.launcher import LocalStack

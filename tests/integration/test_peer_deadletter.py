@@ -14,17 +14,13 @@ queues job's own model in memory): the same deliveries and the same dead letter.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pytest
-from test_replica_support import replicas_and_job
 
-from tidemark.log.settings import Settings
-from tidemark.peer_client import MessageContext, message
+from tests.support import Job, tidemark_cli
+from tidemark.peer_client import MessageContext
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.testing import TestBus
 from tidemark.spark_streaming.exceptions import QueuesError
@@ -33,20 +29,7 @@ from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(900)]
 LIMIT, POISON = 3, 5
-
-
-@message("dltest.Job")
-@dataclass
-class Job:
-    n: int
-
-
-@pytest.fixture(scope="module")
-def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[tuple[LocalStack, JobProcess]]:
-    folder = tmp_path_factory.mktemp("peer-deadletter")
-    with replicas_and_job(bootstrap, folder, env={"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}) as (s, job):
-        yield s, job
+JOB_ENV = {"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}  # for the replicas_job fixture
 
 
 class Handler:
@@ -69,14 +52,6 @@ class Handler:
     def count(self) -> int:
         with self.lock:
             return len(self.items)
-
-
-def _cli(settings: Settings, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
-                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def _incarnation(bus: TestBus, seen: Handler, poison_deliveries: int,
@@ -110,8 +85,8 @@ def _scenario(bus: TestBus, applied: Callable[[], None]) -> tuple[Handler, dict]
 
 
 def test_always_failing_handler_is_dead_lettered_after_limit(
-        stack: tuple[LocalStack, JobProcess]) -> None:
-    s, job = stack
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
+    s, job = replicas_job
     settings = s.settings()
 
     def applied() -> None:
@@ -126,7 +101,7 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
     assert poison == [(0, True), (1, True), (2, True)]
     # the last incarnation had nothing to replay: the message is in deadletter now
     assert st["replayed"] == 0, st
-    listed = json.loads(_cli(settings, "deadletter", "list", "--json", "--peer", "B"))
+    listed = json.loads(tidemark_cli(settings, "deadletter", "list", "--json", "--peer", "B"))
     (letter,) = [x for x in listed if x["kind"] == "delivery"]
     assert letter["count"] == LIMIT and letter["sender"] == "A"
     assert "job 5 is poison" in letter["reason"]
@@ -137,7 +112,7 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
         letters = [(x["delivery_count"], x["reason"]) for x in double.dead_letters("B")]
     assert [(c, r) for _, c, r, _ in seen_double.of(POISON)] == poison
     assert st_double["replayed"] == 0 and letters == [(letter["count"], letter["reason"])]
-    _cli(settings, "deadletter", "replay", mid)       # while B is down
+    tidemark_cli(settings, "deadletter", "replay", mid)       # while B is down
     with TestBus(settings.environment, with_real=True, settings=settings) as real:
         _incarnation(real, seen, LIMIT + 1, applied)
     last = seen.of(POISON)[-1]

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_replica_support import replica_stack, status
 
+from tests.replicas import replica_stack, status
 from tests.support import wait_for
 from tidemark.bench.peer import bench_stable
 from tidemark.log.partitioner import partition_for_peer

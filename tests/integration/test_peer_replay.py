@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from test_replica_support import replicas_and_job
 
 from tests.support import wait_for
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
@@ -37,14 +35,6 @@ STALE_S = (35.0, 95.0)
 @dataclass
 class Tick:
     n: int
-
-
-@pytest.fixture(scope="module")
-def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[tuple[LocalStack, JobProcess]]:
-    folder = tmp_path_factory.mktemp("peer-replay")
-    with replicas_and_job(bootstrap, folder) as (s, job):
-        yield s, job
 
 
 class Seen:
@@ -83,8 +73,8 @@ def _backlog(stack: LocalStack, sender: str, to: str) -> None:
 
 
 def test_down_peer_replays_every_message_once_in_order(
-        stack: tuple[LocalStack, JobProcess]) -> None:
-    s, job = stack
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
+    s, job = replicas_job
     _backlog(s, "A", "B")
     seen = Seen()
     b = _peer(s, "B", seen)
@@ -101,11 +91,11 @@ def test_down_peer_replays_every_message_once_in_order(
 
 
 def test_a_batch_handler_gets_the_backlog_in_lists_each_message_once(
-        stack: tuple[LocalStack, JobProcess]) -> None:
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
     """B is down while A sends; B comes back with a batch handler that fails one message
     (``BatchFailed``): every other message reaches it once, in order, in lists of many; the
     failed one is delivered again to the next incarnation, and nothing else is."""
-    s, job = stack
+    s, job = replicas_job
     settings = s.settings()
     _backlog(s, "A3", "BB")
     calls: list[list[int]] = []
@@ -133,8 +123,8 @@ def test_a_batch_handler_gets_the_backlog_in_lists_each_message_once(
     assert job.alive, job.log_tail()
 
 
-def test_sender_keeps_sending_through_a_restart(stack: tuple[LocalStack, JobProcess]) -> None:
-    s, job = stack
+def test_sender_keeps_sending_through_a_restart(replicas_job: tuple[LocalStack, JobProcess]) -> None:
+    s, job = replicas_job
     settings = s.settings()
     seen = Seen()
     stop = threading.Event()
@@ -182,13 +172,13 @@ def test_sender_keeps_sending_through_a_restart(stack: tuple[LocalStack, JobProc
 
 
 @pytest.mark.parametrize("stale_s", [STALE_S[0], pytest.param(STALE_S[1], marks=pytest.mark.soak)])
-def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProcess],
+def test_stale_sender_is_delivered_from_the_log(replicas_job: tuple[LocalStack, JobProcess],
                                                 stale_s: float) -> None:
     """A's directory view is frozen on D's old incarnation for the whole restart of D and
     long after its handover, longer than the 30 s safety period of a timed handover
     (:data:`STALE_S`; three times it under ``make soak``): whatever A sends reaches D's
     handlers exactly once (no timer ends the redelivery path)."""
-    s, job = stack
+    s, job = replicas_job
     settings = s.settings()
     seen = Seen()
     with Peer("A3", None, settings) as a:
@@ -227,7 +217,7 @@ def test_stale_sender_is_delivered_from_the_log(stack: tuple[LocalStack, JobProc
 
 
 def test_the_readme_peer_example_runs_as_written_with_replay(
-        stack: tuple[LocalStack, JobProcess]) -> None:
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
     """The peer example of docs/peer_client.md and the README (the same text, checked by
     tests/unit/test_peer_docs.py) runs as written on a stack like ``make demo``'s: replica
     nodes, the queues job, replay on, the cluster's environment; then again, so that its
@@ -238,7 +228,7 @@ def test_the_readme_peer_example_runs_as_written_with_replay(
 
     from tests.support import ROOT
     from tests.unit.test_peer_docs import example
-    s, _ = stack
+    s, _ = replicas_job
     settings = s.settings()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
     env.update(TIDEMARK_STATE_DIR=str(s.state_dir), TIDEMARK_BOOTSTRAP=settings.bootstrap,

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_replay_service import Queues, epoch_of
-from test_replica_support import replica_stack, status
+from test_replay_service import Queues
 
+from tests.replicas import current_epoch, replica_stack, status
 from tidemark.gossip.peer_auth import issue_token
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.partitioner import partition_for_peer
@@ -82,7 +82,7 @@ def peer_process(stack: LocalStack, tmp: Path, mode: str, target: str,
     environ["TIDEMARK_STATE_DIR"] = str(tmp)  # no local stack to take a token from
     if token is not None:
         environ["TIDEMARK_PEER_TOKEN"] = token
-    node = epoch_of(stack).nodes["p0r0"]
+    node = current_epoch(stack.settings()).nodes["p0r0"]
     out = subprocess.run([sys.executable, "-c", PEER, mode, node, target, env], env=environ,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -110,7 +110,7 @@ def test_peers_replay_and_pin_only_their_own_queue(stack: LocalStack, tmp_path: 
 
     # B's replay, held open by a member (this process loaded the cluster file): B's pin
     member = ReplicaClient()
-    b_stream = member.replay(epoch_of(stack).nodes["p0r0"], "bob", ENV,
+    b_stream = member.replay(current_epoch(stack.settings()).nodes["p0r0"], "bob", ENV,
                              barrier_timeout_ms=60_000)
     try:
         b_pin = b_stream.pin

@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_replica_support import replica_stack, status, txlog_ust
 
+from tests.replicas import current_epoch, replica_stack, status, txlog_ust
 from tests.support import wait_for
-from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.service import ReplicaClient
@@ -33,6 +32,7 @@ from tidemark.log.queue_state import progress_key, queue_key
 from tidemark.log.settings import Settings
 from tidemark.log.wire import entry_record, is_row
 from tidemark.stack.launcher import LocalStack
+from tidemark.stack.processes import Child
 from tidemark.stack.queues_job import JobProcess
 from tidemark.stack.replicas import peer_env
 
@@ -46,19 +46,9 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield s
 
 
-def epoch_of(stack: LocalStack) -> Epoch:
-    log = ConfigLog(stack.settings())
-    try:
-        epoch = log.read_to_end()
-    finally:
-        log.close()
-    assert epoch is not None
-    return epoch
-
-
 def owner(stack: LocalStack, peer: str) -> tuple[str, str]:
     """``(node, address)`` of the replica owning ``peer``'s partition."""
-    epoch = epoch_of(stack)
+    epoch = current_epoch(stack.settings())
     node = epoch.owners()[f"txlog/{partition_for_peer(peer, 4)}"][0]
     return node, epoch.nodes[node]
 
@@ -94,6 +84,15 @@ class Queues:
                                       "timestamp_ms": 1, "txlog_partition": k,
                                       "txlog_offset": offset, "delivery_count": 0}),
                                   partition=k)
+
+    def queued(self, peer: str, n: int) -> int:
+        """``n`` Sends to ``peer``, each in its queue, and the progress past them; returns
+        the txlog partition."""
+        for mid, offset in self.sends(peer, n):
+            self.upsert(peer, mid, offset)
+        k = partition_for_peer(peer, 4)
+        self.progress(k)
+        return k
 
     def tombstone(self, peer: str, mid: str) -> None:
         self.producer.produce_raw(self.producer.topic("queues"), queue_key(peer, mid).encode(),
@@ -139,7 +138,7 @@ def test_replay_is_the_queue_in_txlog_order_paced_by_acks(stack: LocalStack) -> 
     mid_at = {off: mid for mid, off in sent}
 
     client = ReplicaClient()
-    stream = client.replay_any(epoch_of(stack), peer, ENV, batch=300, window=40)
+    stream = client.replay_any(current_epoch(stack.settings()), peer, ENV, batch=300, window=40)
     assert stream.node == owner(stack, peer)[0] and stream.barrier == sent[-1][1] + 2
     got = []
     for e in stream.entries():
@@ -198,9 +197,9 @@ def test_other_environment_and_other_partition_are_refused(stack: LocalStack) ->
     token = peer_env(stack, "cy", ENV)["TIDEMARK_PEER_TOKEN"]
     with pytest.raises(ReplayRefusedError, match="environment 'prod' is not this cluster's"):
         client.replay(address, "cy", "prod", token=token)
-    other = next(n for n in epoch_of(stack).nodes if n != node)
+    other = next(n for n in current_epoch(stack.settings()).nodes if n != node)
     with pytest.raises(ReplayRefusedError, match=f"{other} does not own txlog/"):
-        client.replay(epoch_of(stack).nodes[other], "cy", ENV)
+        client.replay(current_epoch(stack.settings()).nodes[other], "cy", ENV)
     assert pins_of(stack, node) == [] and pins_of(stack, other) == []
     client.close()
 
@@ -222,19 +221,17 @@ def gc_held(stack: LocalStack, node: str, tp: str, barrier: int) -> dict | None:
     return None
 
 
-def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: LocalStack) -> None:
+def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: LocalStack,
+                                                                      tmp_path: Path) -> None:
     q = Queues(stack.settings())
     peer = "dee"
-    k, tp = partition_for_peer(peer, 4), f"txlog/{partition_for_peer(peer, 4)}"
-    for mid, off in q.sends(peer, 50):
-        q.upsert(peer, mid, off)
-    q.progress(k)
+    k = q.queued(peer, 50)
+    tp = f"txlog/{k}"
     node, address = owner(stack, peer)
-    proc = subprocess.Popen([sys.executable, "-c", CLIENT, address, peer, "3000"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, **peer_env(stack, peer, ENV)})
+    proc = Child([sys.executable, "-c", CLIENT, address, peer, "3000"], tmp_path / "client.err",
+                 env={**os.environ, **peer_env(stack, peer, ENV)}, talk=True)
     try:
-        header = json.loads(proc.stdout.readline())
+        header = json.loads(proc.readline())
         barrier, pin = header["barrier"], header["pin"]
         generate_load(stack.settings(), peers=20, messages=400, ack_ratio=1.0, seed=5)
         doc = wait_for(lambda: gc_held(stack, node, tp, barrier), 60,
@@ -249,7 +246,6 @@ def test_pin_holds_gc_at_barrier_and_expires_when_the_peer_is_killed(stack: Loca
         assert gc_held(stack, node, tp, barrier)  # still held after more than half a lease
     finally:
         proc.kill()  # SIGKILL: the peer disappears without a word
-        proc.wait()
     killed = time.monotonic()
     wait_for(lambda: all(p["pin"] != pin for p in pins_of(stack, node)), 30, 0.1,
              what="the dead peer's pin expiring")
@@ -270,7 +266,7 @@ def test_replay_of_the_queues_the_spark_job_built(stack: LocalStack, tmp_path: P
     job = JobProcess(settings, tmp_path / "checkpoint", tmp_path / "job.log").start()
     client = ReplicaClient()
     try:
-        epoch = epoch_of(stack)
+        epoch = current_epoch(stack.settings())
         for peer in sorted(load.unacked):
             stream = client.replay_any(epoch, peer, ENV, barrier_timeout_ms=300_000)
             ids, offsets = [], []
@@ -289,10 +285,8 @@ def test_replay_of_the_queues_the_spark_job_built(stack: LocalStack, tmp_path: P
 def test_pin_survives_a_replica_restart(stack: LocalStack) -> None:
     q = Queues(stack.settings())
     peer = "eve"
-    k, tp = partition_for_peer(peer, 4), f"txlog/{partition_for_peer(peer, 4)}"
-    for mid, off in q.sends(peer, 20):
-        q.upsert(peer, mid, off)
-    q.progress(k)
+    k = q.queued(peer, 20)
+    tp = f"txlog/{k}"
     node, address = owner(stack, peer)
     client = ReplicaClient()
     stream = client.replay(address, peer, ENV, lease_ms=120_000)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, load_to_cut, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.node_state import NodeState, PartitionRanges
 from tidemark.gossip.service import ReplicaClient, method_path
@@ -30,9 +30,7 @@ def test_outside_calls_refused_and_forged_gossip_never_raises_the_cut(bootstrap:
         path = stack.state_dir / CONFIG_NAME
         cf = load_cluster_file(path)
         assert cf.secret  # the local stack generates one
-        generate_load(stack.settings(), peers=20, messages=600, seed=41)
-        target = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == target, 60, what="cut at the ends")
+        load_to_cut(stack, 600, seed=41, peers=20)
 
         address = cf.nodes["p0r0"].address
         forged = NodeState("p0r1", 1, int(time.time() * 1000) + 3_600_000, True,

@@ -10,8 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, load_to_cut, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.gossip.service import unpack_records
@@ -50,9 +50,7 @@ def _records(address: str, k: int, end: int) -> list:
 def test_backfill_from_peer_after_delete_records(bootstrap: str, tmp_path: Path) -> None:
     with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=HOUR) as stack:
         settings = stack.settings()
-        generate_load(settings, peers=30, messages=2000, seed=4)
-        first = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        first = load_to_cut(stack, 2000, seed=4)
         stack.kill("p0r1")
         generate_load(settings, peers=30, messages=2000, seed=5)
         second = ends(stack)
@@ -78,9 +76,7 @@ def test_backfill_from_peer_after_delete_records(bootstrap: str, tmp_path: Path)
 def test_missing_data_is_spliced_and_recorded(bootstrap: str, tmp_path: Path) -> None:
     with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=HOUR) as stack:
         settings = stack.settings()
-        generate_load(settings, peers=30, messages=1000, seed=6)
-        first = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        first = load_to_cut(stack, 1000, seed=6)
         stack.kill("p0r0")
         stack.kill("p0r1")
         generate_load(settings, peers=30, messages=1000, seed=7)
@@ -106,9 +102,7 @@ def test_add_node_joins_backfills_and_counts_then_remove_node(bootstrap: str,
     with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=HOUR) as stack:
         settings = stack.settings()
         config = str(stack.state_dir / CONFIG_NAME)
-        generate_load(settings, peers=30, messages=1500, seed=8)
-        first = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        first = load_to_cut(stack, 1500, seed=8)
         delete_records(settings, "txlog", {int(tp[6:]): o - 100 for tp, o in first.items()})
 
         port = free_ports(1)[0]
@@ -155,10 +149,7 @@ def test_add_node_joins_backfills_and_counts_then_remove_node(bootstrap: str,
 def test_replica_with_wiped_store_rejoins_before_counting(bootstrap: str, tmp_path: Path) -> None:
     import shutil
     with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=HOUR) as stack:
-        settings = stack.settings()
-        generate_load(settings, peers=30, messages=1500, seed=13)
-        first = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        first = load_to_cut(stack, 1500, seed=13)
         stack.kill("p0r1")
         shutil.rmtree(stack.state_dir / "replicas" / "p0r1")
         stack.up(extra=[lambda s: plan(s, "1x2")], timeout_s=60)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import plyvel
 import pytest
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, load_to_cut, replica_stack, status
 from tests.support import wait_for
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.gossip.service import unpack_records
@@ -52,9 +52,7 @@ def test_equal_ranges_of_an_adopted_copy_are_skipped_by_digest(bootstrap: str,
                                                                tmp_path: Path) -> None:
     with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=HOUR) as stack:
         settings = stack.settings()
-        generate_load(settings, peers=30, messages=3000, seed=21)
-        first = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        first = load_to_cut(stack, 3000, seed=21)
         stack.kill("p0r1")
         stack.kill("p0r0")  # a cold copy: LevelDB files are consistent when closed
         data = stack.state_dir / "replicas"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
+from tests.replicas import ends, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.load import generate_load

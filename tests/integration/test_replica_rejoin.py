@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from test_replica_support import ends, replica_stack, status, txlog_ust
 
 import tidemark.replica.epochs as epochs_module  # the rejoin step of Node.start
+from tests.replicas import load_to_cut, replica_stack, status, txlog_ust
 from tests.support import wait_for
-from tidemark.log.load import generate_load
 from tidemark.replica.config import load_cluster_file
 from tidemark.replica.node import Node
 from tidemark.stack.replicas import CONFIG_NAME, plan
@@ -27,9 +26,7 @@ def _row(doc: dict | None, node: str) -> dict:
 def test_failed_rejoin_is_retried_on_the_next_start(bootstrap: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     with replica_stack(bootstrap, tmp_path / "stack", "1x2", min_age_ms=3_600_000) as stack:
-        generate_load(stack.settings(), peers=30, messages=1000, seed=31)
-        first = ends(stack)
-        wait_for(lambda: txlog_ust(status(stack)) == first, 60, what="cut at the ends")
+        first = load_to_cut(stack, 1000, seed=31)
         stack.kill("p0r1")
         shutil.rmtree(stack.state_dir / "replicas" / "p0r1")
 

@@ -14,20 +14,16 @@ import json
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from tests.support import expected_queues
+from tests.support import converge, expected_queues, tidemark_cli
 from tidemark.log.consumer import read_to_end
 from tidemark.log.producer import LogProducer
 from tidemark.log.queue_state import is_progress_key, queue_key
-from tidemark.log.settings import Settings, load_settings
-from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.log.settings import Settings
 from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.depth import read_queues
-from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -35,42 +31,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(42
 LIMIT = 3
 PEER = "dl-b"
 C = default_codec()
-
-
-@pytest.fixture(scope="module")
-def settings(bootstrap: str) -> Iterator[Settings]:
-    s = load_settings(env={}, bootstrap=bootstrap, topic_prefix=f"d{uuid.uuid4().hex[:8]}.",
-                      partitions=2)
-    ensure_topics(s)
-    yield s
-    delete_topic_set(s)
-
-
-@pytest.fixture(scope="module")
-def job(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobProcess]:
-    folder = tmp_path_factory.mktemp("spark-dl")
-    proc = JobProcess(settings, folder / "checkpoint", folder / "job.log")
-    proc.env["TIDEMARK_DELIVERY_LIMIT"] = str(LIMIT)
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-def _cli(settings: Settings, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
-                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-def _converge(job: JobProcess) -> None:
-    try:
-        job.wait_for_progress(240.0)
-    except QueuesError as exc:
-        pytest.fail(str(exc))
+TOPIC_LETTER, PARTITIONS = "d", 2  # the settings fixture
+JOB_ENV = {"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}  # the job fixture
 
 
 def _entries(settings: Settings) -> dict[str, dict | None]:
@@ -114,17 +76,17 @@ def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
     fail("ghost", "not queued: ignored")
     producer.produce_raw(settings.topic("txlog"), PEER, b"\xc3\x01 not a record")  # poison
     producer.flush()
-    _converge(job)
+    converge(job)
     for i in range(1, LIMIT):  # one batch per failure: counts of a Send of an earlier batch
         fail("poison", f"ValueError: attempt {i}")
         producer.flush()
-        _converge(job)
+        converge(job)
         entry = _entries(settings)[queue_key(PEER, "poison")]
         assert entry is not None and entry["delivery_count"] == i
         assert entry["payload"] == b"payload of poison" and entry["txlog_offset"] == sent["poison"]
     fail("poison", "ValueError: the last straw")
     producer.flush()
-    _converge(job)
+    converge(job)
 
     entries = _entries(settings)
     assert entries[queue_key(PEER, "poison")] is None               # tombstoned
@@ -138,20 +100,20 @@ def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
     assert heads["tidemark.peer"] == PEER and heads["tidemark.message_id"] == "poison"
     assert heads["tidemark.offset"] == str(sent["poison"])
 
-    listed = json.loads(_cli(settings, "deadletter", "list", "--json"))
+    listed = json.loads(tidemark_cli(settings, "deadletter", "list", "--json"))
     delivery = [x for x in listed if x["kind"] == "delivery"]
     assert [(x["message_id"], x["peer"], x["sender"], x["message_type"], x["count"],
              x["reason"]) for x in delivery] == [
         ("poison", PEER, "dl-a", "t.Poison", LIMIT, "ValueError: the last straw")]
     assert any(x["kind"] == "poison" and x["reason"] for x in listed)
-    assert json.loads(_cli(settings, "deadletter", "list", "--json", "--peer", "nobody")) == []
+    assert json.loads(tidemark_cli(settings, "deadletter", "list", "--json", "--peer", "nobody")) == []
 
-    done = json.loads(_cli(settings, "deadletter", "replay", "poison", "--json"))
+    done = json.loads(tidemark_cli(settings, "deadletter", "replay", "poison", "--json"))
     assert done["peer"] == PEER and done["replay_id"].startswith("poison~replay-")
-    _cli(settings, "deadletter", "replay", "poison")  # again: the same id, a duplicate
+    tidemark_cli(settings, "deadletter", "replay", "poison")  # again: the same id, a duplicate
     send("poison")                                     # a late duplicate of the poison itself
     producer.flush()
-    _converge(job)
+    converge(job)
     entries = _entries(settings)
     queued = {k: v for k, v in entries.items() if v is not None and "poison" in k}
     assert list(queued) == [queue_key(PEER, done["replay_id"])]

@@ -9,80 +9,43 @@ acks, duplicate sends, a purge and poison records follow through the same runnin
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from tests.support import expected_queues
+from tests.support import converge, expected_queues, tidemark_cli
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
-from tidemark.log.settings import Settings, load_settings
-from tidemark.log.topics import delete_topic_set, ensure_topics
+from tidemark.log.settings import Settings
 from tidemark.spark_streaming.depth import read_queues
-from tidemark.spark_streaming.exceptions import QueuesError
 from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
-
-
-@pytest.fixture(scope="module")
-def settings(bootstrap: str) -> Iterator[Settings]:
-    s = load_settings(env={}, bootstrap=bootstrap, topic_prefix=f"q{uuid.uuid4().hex[:8]}.",
-                      partitions=4)
-    ensure_topics(s)
-    yield s
-    delete_topic_set(s)
-
-
-@pytest.fixture(scope="module")
-def job(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobProcess]:
-    folder = tmp_path_factory.mktemp("spark-job")
-    proc = JobProcess(settings, folder / "checkpoint", folder / "job.log").start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-def _cli(settings: Settings, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "tidemark", *args, "--bootstrap",
-                          settings.bootstrap, "--topic-prefix", settings.topic_prefix],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-def _converge(settings: Settings, job: JobProcess, timeout: float = 240.0) -> dict:
-    try:
-        return job.wait_for_progress(timeout)
-    except QueuesError as exc:
-        pytest.fail(str(exc))
+TOPIC_LETTER = "q"  # the settings fixture
 
 
 def test_load_materializes_exact_queues(settings: Settings, job: JobProcess) -> None:
     started = time.monotonic()
-    summary = json.loads(_cli(settings, "load", "--peers", "40", "--messages", "35000",
-                              "--ack-ratio", "0.5", "--seed", "7", "--json"))
+    summary = json.loads(tidemark_cli(settings, "load", "--peers", "40", "--messages", "35000",
+                                      "--ack-ratio", "0.5", "--seed", "7", "--json",
+                                      timeout=300))
     assert summary["sent"] + summary["acked"] >= 50_000
-    _converge(settings, job)
+    converge(job)
     caught_up = time.monotonic() - started
     expected, ends, bad = expected_queues(settings)
     assert bad == 0
     view = read_queues(settings)
     assert view.queues == expected
     assert view.covers({p: e for p, e in ends.items() if e})
-    report = json.loads(_cli(settings, "queues", "depth", "--json"))
+    report = json.loads(tidemark_cli(settings, "queues", "depth", "--json", timeout=300))
     assert report["total"] == summary["sent"] - summary["acked"]
     assert report["peers"] == {p: s["sent"] - s["acked"] for p, s in summary["peers"].items()
                                if s["sent"] - s["acked"]}
     assert set(report["progress"]) == {str(p) for p, e in ends.items() if e}
     one = next(iter(report["peers"]))
-    alone = json.loads(_cli(settings, "queues", "depth", "--json", "--peer", one))
+    alone = json.loads(tidemark_cli(settings, "queues", "depth", "--json", "--peer", one,
+                                    timeout=300))
     assert alone["peers"] == {one: report["peers"][one]}
     print(f"\n{summary['sent'] + summary['acked']} transactions: load + materialization"
           f" {caught_up:.1f}s (job started {time.monotonic() - job.started_at:.0f}s ago)")
@@ -121,7 +84,7 @@ def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProc
                                                   "timestamp_ms": now})
     send("edge-5", "after-purge")
     producer.flush()
-    _converge(settings, job)
+    converge(job)
     expected, _, bad = expected_queues(settings)
     assert bad == 3
     view = read_queues(settings)

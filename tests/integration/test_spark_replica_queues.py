@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_replica_support import replica_stack
 
+from tests.replicas import current_epoch, replica_stack
 from tests.support import expected_queues
-from tidemark.gossip.cluster_config import ConfigLog, Epoch
+from tidemark.gossip.cluster_config import Epoch
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.load import generate_load
 from tidemark.log.producer import LogProducer
@@ -68,16 +68,6 @@ class Traffic:
         self.producer.flush()
 
 
-def _epoch(settings: Settings) -> Epoch:
-    log = ConfigLog(settings)
-    try:
-        epoch = log.read_to_end()
-    finally:
-        log.close()
-    assert epoch is not None
-    return epoch
-
-
 def _replica_queue(client: ReplicaClient, epoch: Epoch, peer: str, env: str
                    ) -> list[tuple[int, str]]:
     """The node's copy of ``peer``'s queue via Replay: ``(txlog offset, message id)``."""
@@ -100,7 +90,7 @@ def _check(settings: Settings, job: JobProcess, peers: set[str]) -> dict[str, se
     expected, _, _ = expected_queues(settings)
     client = ReplicaClient()
     try:
-        epoch = _epoch(settings)
+        epoch = current_epoch(settings)
         for peer in sorted(peers | set(expected)):
             copy = _replica_queue(client, epoch, peer, settings.environment)
             ids = [mid for _, mid in copy]

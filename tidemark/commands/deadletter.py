@@ -9,7 +9,7 @@ import time
 from confluent_kafka import KafkaException
 
 from tidemark.log.exceptions import LogError
-from tidemark.options import add_settings_args, print_json, settings_from_args
+from tidemark.options import add_command, add_group, print_json, settings_from_args
 from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["register"]
@@ -65,21 +65,14 @@ def _replay(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``deadletter list`` and ``deadletter replay``."""
-    dl = commands.add_parser("deadletter", help="dead-lettered messages and poison records")
-    sub = dl.add_subparsers(dest="deadletter_command", metavar="ACTION", required=True)
-    lst = sub.add_parser("list", help="what is in the deadletter topic (delivery failures"
-                                      " and poison records)")
-    add_settings_args(lst)
+    sub = add_group(commands, "deadletter", "dead-lettered messages and poison records")
+    lst = add_command(sub, "list", _list, "what is in the deadletter topic (delivery failures"
+                                          " and poison records)")
     lst.add_argument("--peer", default=None, help="only this peer's")
-    lst.add_argument("--json", action="store_true")
     lst.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                      help="how long reading the topic to its end may take")
-    lst.set_defaults(func=_list)
-    rep = sub.add_parser("replay", help="re-send a dead-lettered message to its recipient once,"
-                                        " with its delivery count reset")
-    add_settings_args(rep)
+    rep = add_command(sub, "replay", _replay, "re-send a dead-lettered message to its recipient"
+                                              " once, with its delivery count reset")
     rep.add_argument("id", metavar="ID", help="the dead-lettered message id")
     rep.add_argument("--peer", default=None, help="the recipient (when several have ID)")
-    rep.add_argument("--json", action="store_true")
     rep.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS")
-    rep.set_defaults(func=_replay)

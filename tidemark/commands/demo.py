@@ -10,7 +10,8 @@ from typing import Any
 
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.options import (
-    add_settings_args,
+    add_command,
+    add_rounds_args,
     cluster_file,
     print_json,
     progress,
@@ -99,10 +100,9 @@ def register(commands: argparse._SubParsersAction[Any],
              bench: argparse._SubParsersAction[Any]) -> None:
     """Add ``demo``, ``bench replay`` and ``bench catchup``."""
     from tidemark.demo.replay_bench import HANDLERS
-    demo = commands.add_parser("demo", help="the replay scenario on a running local stack"
-                                            " (brokers, replicas, Spark): kill -9 a peer,"
-                                            " restart, replay, count lost messages")
-    add_settings_args(demo)
+    demo = add_command(commands, "demo", _demo, "the replay scenario on a running local stack"
+                                                " (brokers, replicas, Spark): kill -9 a peer,"
+                                                " restart, replay, count lost messages")
     demo.add_argument("--rate", type=float, default=150.0, help="Ticks/s per sender")
     demo.add_argument("--live", type=float, default=10.0, help="seconds of traffic before"
                                                                  " the kill")
@@ -111,14 +111,11 @@ def register(commands: argparse._SubParsersAction[Any],
                                                                  " B is back")
     demo.add_argument("--folder", default=None, help="ledgers and logs (default:"
                                                      " <state dir>/demo)")
-    demo.add_argument("--json", action="store_true")
-    demo.set_defaults(func=_demo)
 
-    b = bench.add_parser("replay", help="a peer's backlog replayed into a Peer's handler vs a"
-                                        " raw consumer; replica RSS during the replay")
-    add_settings_args(b)
-    b.add_argument("--messages", type=int, default=1_000_000)
-    b.add_argument("--payload-bytes", type=int, default=150)
+    b = add_command(bench, "replay", _bench_replay, "a peer's backlog replayed into a Peer's"
+                                                    " handler vs a raw consumer; replica RSS"
+                                                    " during the replay")
+    add_rounds_args(b, messages=1_000_000, rounds=False)
     b.add_argument("--fill", choices=("direct", "spark"), default="direct",
                    help="direct: the bench writes the queue records as the queues job"
                         " would (default); spark: the running queues job builds them")
@@ -133,15 +130,12 @@ def register(commands: argparse._SubParsersAction[Any],
                    help="seconds to wait at most, after the fill, for a quiet machine (the"
                         " replicas ingested and compacted the backlog); 0: do not wait")
     b.add_argument("--timeout", type=float, default=900.0)
-    b.add_argument("--json", action="store_true")
-    b.set_defaults(func=_bench_replay)
 
-    c = bench.add_parser("catchup", help="a peer down for --down s under steady traffic,"
-                                         " restarted with the traffic going on: time to"
-                                         " normal, peak held-back messages and bytes, the"
-                                         " peer's RSS, beside a raw consumer reading the"
-                                         " same txlog stretch (needs --replicas 2x2 --spark)")
-    add_settings_args(c)
+    c = add_command(bench, "catchup", _bench_catchup,
+                    "a peer down for --down s under steady traffic, restarted with the traffic"
+                    " going on: time to normal, peak held-back messages and bytes, the peer's"
+                    " RSS, beside a raw consumer reading the same txlog stretch (needs"
+                    " --replicas 2x2 --spark)")
     c.add_argument("--rate", type=float, default=1000.0,
                    help="Ticks/s sent to the peer, all senders together")
     c.add_argument("--senders", type=int, default=2,
@@ -169,5 +163,3 @@ def register(commands: argparse._SubParsersAction[Any],
     c.add_argument("--check", action="store_true",
                    help="exit 1 if this run misses a target: time to normal <= 15 s,"
                         " held-back peak within its bound, nothing lost or applied twice")
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=_bench_catchup)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tidemark.exceptions import StackError
-from tidemark.options import env_flag, print_json, progress
+from tidemark.options import add_group, env_flag, print_json, progress
 from tidemark.stack import LocalStack, replica_plan, spark_plan
 from tidemark.stack.settle import QUIET_CORES, wait_quiet
 
@@ -78,9 +78,7 @@ def _local_settle(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``local``."""
-    local = commands.add_parser("local",
-                                help="the local stack on loopback (Kafka, replicas, Spark)")
-    sub = local.add_subparsers(dest="local_command", metavar="ACTION", required=True)
+    sub = add_group(commands, "local", "the local stack on loopback (Kafka, replicas, Spark)")
     up = sub.add_parser("up", help="start what is missing; create the topics")
     env_flag(up, "--brokers", "brokers")
     env_flag(up, "--replicas", "replicas")

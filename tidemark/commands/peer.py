@@ -7,15 +7,18 @@ import argparse
 from typing import Any
 
 from tidemark.options import (
-    add_settings_args,
+    add_command,
+    add_group,
+    add_rounds_args,
     cluster_file,
+    duration_ms,
     env_flag,
     operator_transport,
     print_json,
     progress,
+    run_rounds_bench,
     settings_from_args,
 )
-from tidemark.stack.settle import broker_jit_probe
 
 __all__ = ["register"]
 
@@ -98,14 +101,6 @@ def _purge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _duration(text: str) -> int:
-    from tidemark.log.registry import parse_duration_ms
-    try:
-        return parse_duration_ms(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _token(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -120,11 +115,7 @@ def _token(args: argparse.Namespace) -> int:
 
 def _bench_send(args: argparse.Namespace) -> int:
     from tidemark.bench.peer import bench_send
-    settings = settings_from_args(args)
-    result = bench_send(settings, messages=args.messages,
-                        payload_bytes=args.payload_bytes, rounds=args.rounds,
-                        progress=progress,
-                        jit=broker_jit_probe(settings.bootstrap, args.state_dir))
+    result = run_rounds_bench(args, bench_send)
     if args.json:
         print_json(result)
         return 0
@@ -161,52 +152,35 @@ def _bench_stable(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction[Any],
              bench: argparse._SubParsersAction[Any]) -> None:
     """Add ``peer`` and ``bench send``."""
-    peer = commands.add_parser("peer", help="peers in the directory; decommissioning")
-    sub = peer.add_subparsers(dest="peer_command", metavar="ACTION", required=True)
-    ls = sub.add_parser("list", help="id, environment, endpoint, up/down, incarnation,"
-                                     " last heartbeat, queue depth")
+    sub = add_group(commands, "peer", "peers in the directory; decommissioning")
+    ls = add_command(sub, "list", _list, "id, environment, endpoint, up/down, incarnation,"
+                                         " last heartbeat, queue depth")
     ls.add_argument("--environment", default=None, help="only this environment (default: all)")
     ls.add_argument("--dead-after", type=float, default=10.0, metavar="SECONDS",
                     help="a peer whose last heartbeat is older counts as down (default 10)")
-    ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=_list)
-    purge = sub.add_parser("purge", help="append a Purge: the peer's queue empties")
-    purge.add_argument("peer_id")
-    env_flag(purge, "--environment", "environment")
-    purge.add_argument("--json", action="store_true")
-    purge.set_defaults(func=_purge)
-    status = sub.add_parser("status", help="a running peer's phase, incarnation, replayed and"
-                                           " forwarded counts, handover duration")
-    status.add_argument("peer_id")
-    env_flag(status, "--environment", "environment")
-    status.add_argument("--json", action="store_true")
-    status.set_defaults(func=_status)
-    for p in (ls, purge, status):
-        add_settings_args(p)
+    purge = add_command(sub, "purge", _purge, "append a Purge: the peer's queue empties")
+    status = add_command(sub, "status", _status, "a running peer's phase, incarnation, replayed"
+                                                 " and forwarded counts, handover duration")
+    for p in (purge, status):
+        p.add_argument("peer_id")
+        env_flag(p, "--environment", "environment")
     token = sub.add_parser("token", help="print a peer's credential for replay and pins"
                                          " (signed with the cluster file's secret)")
     token.add_argument("peer_id")
     env_flag(token, "--environment", "environment")
     env_flag(token, "--config", "config", help="the cluster TOML (default: the local stack's)")
     env_flag(token, "--state-dir", "state_dir")
-    token.add_argument("--ttl", default=None, metavar="DURATION", type=_duration,
+    token.add_argument("--ttl", default=None, metavar="DURATION", type=duration_ms,
                        help="expire after this long, e.g. 24h (default: no expiry)")
     token.add_argument("--write", default=None, metavar="FILE",
                        help="also write it to FILE (mode 600), for TIDEMARK_PEER_TOKEN_FILE")
     token.set_defaults(func=_token)
 
-    send = bench.add_parser("send", help="Peer.send (durability log) vs raw confluent-kafka")
-    add_settings_args(send)
-    send.add_argument("--messages", type=int, default=200_000)
-    send.add_argument("--payload-bytes", type=int, default=150)
-    send.add_argument("--rounds", type=int, default=3)
-    send.add_argument("--json", action="store_true")
-    send.set_defaults(func=_bench_send)
+    send = add_command(bench, "send", _bench_send,
+                       "Peer.send (durability log) vs raw confluent-kafka")
+    add_rounds_args(send)
 
-    stable = bench.add_parser("stable", help="send->stable latency at durability all (needs"
-                                             " the replica nodes)")
-    add_settings_args(stable)
+    stable = add_command(bench, "stable", _bench_stable,
+                         "send->stable latency at durability all (needs the replica nodes)")
     stable.add_argument("--rate", type=int, default=10_000)
     stable.add_argument("--seconds", type=float, default=5.0)
-    stable.add_argument("--json", action="store_true")
-    stable.set_defaults(func=_bench_stable)

@@ -10,19 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.log.exceptions import ConfigError
-from tidemark.options import add_settings_args, env_flag, settings_from_args
+from tidemark.options import add_command, add_group, duration_ms, env_flag, settings_from_args
 from tidemark.spark_streaming.checkpoint import default_checkpoint
 from tidemark.spark_streaming.exceptions import QueuesError
 
 __all__ = ["register"]
-
-
-def _duration(text: str) -> int:
-    from tidemark.log.registry import parse_duration_ms
-    try:
-        return parse_duration_ms(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -103,7 +95,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _job_args(parser: argparse.ArgumentParser) -> None:
     env_flag(parser, "--checkpoint", "spark_checkpoint")
-    parser.add_argument("--trigger", default=500, type=_duration,
+    parser.add_argument("--trigger", default=500, type=duration_ms,
                         help="micro-batch interval (default 500ms)")
     env_flag(parser, "--ack-ttl", "ack_ttl")
     env_flag(parser, "--dedup-window", "dedup_window")
@@ -130,31 +122,22 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``queues run``, ``queues depth`` and ``bench queues``."""
-    queues = commands.add_parser("queues", help="the Spark job materializing per-peer queues")
-    sub = queues.add_subparsers(dest="queues_command", metavar="ACTION", required=True)
-    run = sub.add_parser("run", help="run the streaming job (Spark local mode or spark-submit)")
-    add_settings_args(run)
-    _job_args(run)
-    run.set_defaults(func=_run)
-    depth = sub.add_parser("depth", help="queue depth per peer, from the queues topic")
-    add_settings_args(depth)
+    sub = add_group(commands, "queues", "the Spark job materializing per-peer queues")
+    _job_args(add_command(sub, "run", _run,
+                          "run the streaming job (Spark local mode or spark-submit)", json=False))
+    depth = add_command(sub, "depth", _depth, "queue depth per peer, from the queues topic")
     depth.add_argument("--peer", default=None, help="only this peer")
-    depth.add_argument("--json", action="store_true")
     depth.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
                        help="first wait until progress covers txlog's current end offsets")
-    depth.set_defaults(func=_depth)
 
-    b = bench.add_parser("queues", help="Spark job throughput and send->queue latency vs a"
-                                        " plain consumer")
-    add_settings_args(b)
+    b = add_command(bench, "queues", _bench, "Spark job throughput and send->queue latency vs a"
+                                             " plain consumer")
     b.add_argument("--transactions", type=int, default=100_000,
                    help="backlog size for the throughput phase")
     b.add_argument("--rate", type=int, default=2000, help="sends/s in the latency phase")
     b.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
-    b.add_argument("--trigger", default=500, type=_duration)
+    b.add_argument("--trigger", default=500, type=duration_ms)
     b.add_argument("--backlog", type=int, default=0, metavar="N",
                    help="first queue N messages for one peer that never acks (a down peer),"
                         " then measure the others' send->queue latency (default 0)")
-    b.add_argument("--json", action="store_true")
-    b.set_defaults(func=_bench)
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 
 from tidemark.log.exceptions import ConfigError
-from tidemark.options import add_settings_args, print_json, progress, settings_from_args
-from tidemark.stack.settle import broker_jit_probe
+from tidemark.options import (
+    add_command,
+    add_group,
+    add_rounds_args,
+    print_json,
+    run_rounds_bench,
+    settings_from_args,
+)
 
 __all__ = ["register"]
 
@@ -54,11 +60,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
 
 def _bench_produce(args: argparse.Namespace) -> int:
     from tidemark.bench.produce import bench_produce
-    settings = settings_from_args(args)
-    result = bench_produce(settings, messages=args.messages,
-                           payload_bytes=args.payload_bytes, rounds=args.rounds,
-                           progress=progress,
-                           jit=broker_jit_probe(settings.bootstrap, args.state_dir))
+    result = run_rounds_bench(args, bench_produce)
     if args.json:
         print_json(result)
     else:
@@ -73,33 +75,20 @@ def _bench_produce(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``topics``, ``load`` and ``bench produce``."""
-    topics = commands.add_parser("topics", help="create or describe the five topics on any cluster")
-    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
-    create = tsub.add_parser("create", help="create missing topics with the durable defaults")
+    tsub = add_group(commands, "topics", "create or describe the five topics on any cluster")
+    create = add_command(tsub, "create", _topics_create,
+                         "create missing topics with the durable defaults", json=False)
     create.add_argument("--timeout", type=float, default=120.0)
     create.add_argument("--allow-under-replicated", action="store_true",
                         help="do not refuse when txlog has fewer in-sync replicas than its RF")
-    create.set_defaults(func=_topics_create)
-    describe = tsub.add_parser("describe", help="partitions, replication and ISR per topic")
-    describe.add_argument("--json", action="store_true")
-    describe.set_defaults(func=_topics_describe)
-    for p in (create, describe):
-        add_settings_args(p)
+    add_command(tsub, "describe", _topics_describe, "partitions, replication and ISR per topic")
 
-    load = commands.add_parser("load", help="write valid txlog traffic (sends and acks)")
-    add_settings_args(load)
+    load = add_command(commands, "load", _load, "write valid txlog traffic (sends and acks)")
     load.add_argument("--peers", type=int, default=100)
-    load.add_argument("--messages", type=int, default=100_000)
+    add_rounds_args(load, messages=100_000, rounds=False)
     load.add_argument("--ack-ratio", type=float, default=0.5)
-    load.add_argument("--payload-bytes", type=int, default=150)
     load.add_argument("--seed", type=int, default=None)
-    load.add_argument("--json", action="store_true")
-    load.set_defaults(func=_load)
 
-    produce = bench.add_parser("produce", help="LogProducer vs raw confluent-kafka producer")
-    add_settings_args(produce)
-    produce.add_argument("--messages", type=int, default=200_000)
-    produce.add_argument("--payload-bytes", type=int, default=150)
-    produce.add_argument("--rounds", type=int, default=3)
-    produce.add_argument("--json", action="store_true")
-    produce.set_defaults(func=_bench_produce)
+    produce = add_command(bench, "produce", _bench_produce,
+                          "LogProducer vs raw confluent-kafka producer")
+    add_rounds_args(produce)

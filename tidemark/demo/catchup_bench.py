@@ -39,17 +39,16 @@ import secrets
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from tidemark.demo.ledger import incarnation_tally, read_handled, read_sent
-from tidemark.demo.procs import PeerProcess
-from tidemark.demo.replay_bench import RssSampler
+from tidemark.demo.procs import PeerProcess, start_senders, wait_handled
+from tidemark.demo.replay_bench import RssSampler, raw_consumer
 from tidemark.log.exceptions import TidemarkError
 from tidemark.log.offsets import end_offsets, watermarks
 from tidemark.log.partitioner import partition_for_peer
@@ -175,10 +174,7 @@ def raw_txlog_read(settings: Settings, k: int, start: int, end: int,
     if n <= 0:
         return {"raw_records": 0, "raw_seconds": 0.0, "raw_seconds_first_to_last": 0.0,
                 "raw_records_per_s": None}
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id":
-                         f"bench-catchup-raw-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
-                         "max.partition.fetch.bytes": 10_485_760})
+    consumer = raw_consumer(settings, "bench-catchup-raw")
     t0 = time.perf_counter()
     consumer.assign([TopicPartition(settings.topic("txlog"), k, start)])
     got, first, last, deadline = 0, 0.0, 0.0, time.monotonic() + timeout_s
@@ -263,7 +259,7 @@ def _watch(b: PeerProcess, backlog: int, timeout: float, say: Say) -> bool:
     shown, shown_at = "", 0.0
     while not _is_normal(b):
         if not b.alive():
-            raise TidemarkError(f"B2 exited {b.proc.poll()} before phase normal:"
+            raise TidemarkError(f"B2 exited {b.child.returncode} before phase normal:"
                                 f" {b.stderr_tail()}")
         if time.time() > deadline:
             return False
@@ -286,16 +282,6 @@ def _normal_at(b: PeerProcess, samples: _Samples) -> float | None:
     if "normal" in b.first:
         return float(b.first["normal"].get("ts") or 0) or None
     return samples.normal_at
-
-
-def _drain(b: PeerProcess, ledger: Path, want: set[str], timeout: float, say: Say) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        have = {h.message_id for h in read_handled(ledger)}
-        if want <= have or time.monotonic() > deadline or not b.alive():
-            return
-        say(f"  B handled {len(want & have):,} of {len(want):,}")
-        time.sleep(1.0)  # polling the ledger file, bounded by the deadline above
 
 
 def bench_catchup(settings: Settings, opts: CatchupOptions, folder: Path,
@@ -339,18 +325,11 @@ def bench_catchup(settings: Settings, opts: CatchupOptions, folder: Path,
             except TidemarkError as exc:
                 raise TidemarkError(f"{NEEDS}: {exc}") from None
         inc1 = str(b1.first.get("starting", {}).get("incarnation", ""))
-        senders = []
         per = opts.rate / opts.senders
-        for i in range(opts.senders):
-            name = f"S{i + 1}"
-            s = PeerProcess(name, ["sender", "--id", f"{peer}-s{i + 1}", "--to", peer,
-                                   "--rate", str(per), "--publish-every", "0", "--window",
-                                   str(opts.window), "--sent", str(folder / f"{name}.sent")],
-                            folder, state_dir)
-            running.append(s)
-            senders.append(s)
-        for s in senders:
-            s.wait_ready(120)
+        senders = start_senders(
+            {f"S{i + 1}": ["--id", f"{peer}-s{i + 1}", "--to", peer, "--rate", str(per),
+                           "--publish-every", "0", "--window", str(opts.window)]
+             for i in range(opts.senders)}, folder, state_dir, running)
         say(f"{opts.senders} sender(s): {opts.rate:g} Ticks/s to B in all, up to"
             f" {opts.window} sends in flight each")
         _traffic(say, opts.live_s, senders, "B up")
@@ -402,7 +381,7 @@ def bench_catchup(settings: Settings, opts: CatchupOptions, folder: Path,
             want = {mid for rows in sent.values() for mid, _, _ in rows}
             say(f"senders stopped: {len(want):,} sends confirmed; waiting for B to handle"
                 f" them")
-            _drain(b2, ledger, want, opts.drain_timeout_s, say)
+            wait_handled(b2, ledger, want, opts.drain_timeout_s, say)
             if not under_traffic:
                 _watch(b2, backlog, time.time() - b2.spawned_at + 30.0, say)
             rss_report = rss.report("B2")

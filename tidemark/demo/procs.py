@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -13,9 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidemark.demo.ledger import read_handled
 from tidemark.exceptions import StackError
+from tidemark.stack.processes import Child
 
-__all__ = ["PeerProcess"]
+__all__ = ["PeerProcess", "start_senders", "wait_handled"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,18 +33,16 @@ class PeerProcess:
         base = [sys.executable, "-m", "tidemark.demo.peer_proc"]
         if state_dir:
             base += ["--state-dir", state_dir]
-        self.stderr_path = folder / f"{name}.err"
-        self._err = self.stderr_path.open("a")
-        child = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        child_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for k, v in (env or {}).items():
             if v is None:
-                child.pop(k, None)
+                child_env.pop(k, None)
             else:
-                child[k] = v
+                child_env[k] = v
         self.on_line = on_line
         self.spawned_at = time.time()  # wall clock, comparable with the lines' ``ts``
-        self.proc = subprocess.Popen(base + argv, cwd=ROOT, env=child, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._err, text=True)
+        self.child = Child(base + argv, folder / f"{name}.err", env=child_env, cwd=ROOT,
+                           talk=True)
         self.last: dict[str, Any] = {}
         self.first: dict[str, dict[str, Any]] = {}  #: the first line of each kind (``t``)
         self.final: dict[str, Any] | None = None
@@ -55,11 +54,10 @@ class PeerProcess:
     @property
     def pid(self) -> int:
         """The child's pid."""
-        return self.proc.pid
+        return self.child.pid
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        for line in iter(self.child.readline, ""):
             try:
                 doc = json.loads(line)
             except ValueError:
@@ -79,7 +77,7 @@ class PeerProcess:
 
     def alive(self) -> bool:
         """Whether the child still runs."""
-        return self.proc.poll() is None
+        return self.child.alive
 
     def wait_until(self, cond: Callable[[dict[str, Any]], bool], timeout: float,
                    what: str) -> dict[str, Any]:
@@ -90,7 +88,7 @@ class PeerProcess:
                 left = deadline - time.monotonic()
                 if left <= 0 or (not self.alive() and not self._reader.is_alive()):
                     raise StackError(f"{self.name}: {what} not reached in {timeout:.0f}s"
-                                     f" (exit {self.proc.poll()}): {self.stderr_tail()}")
+                                     f" (exit {self.child.returncode}): {self.stderr_tail()}")
                 self._changed.wait(min(left, 0.5))
             return dict(self.last)
 
@@ -100,35 +98,56 @@ class PeerProcess:
 
     def stop(self, timeout: float = 90.0) -> dict[str, Any]:
         """Ask the peer to stop cleanly; returns its final status line."""
-        if self.alive() and self.proc.stdin is not None:
+        if self.alive():
             try:
-                self.proc.stdin.write("stop\n")
-                self.proc.stdin.flush()
+                self.child.send("stop")
             except BrokenPipeError:
                 pass
         try:
-            self.proc.wait(timeout)
+            self.child.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise StackError(f"{self.name} did not stop within {timeout:.0f}s") from None
         self._reader.join(5)
-        self._err.close()
         if self.final is None:
-            raise StackError(f"{self.name} exited {self.proc.returncode} without a final"
+            raise StackError(f"{self.name} exited {self.child.returncode} without a final"
                              f" status: {self.stderr_tail()}")
         return self.final
 
     def kill(self) -> None:
         """SIGKILL (no cleanup of any kind in the child) and reap."""
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
+        self.child.kill()
         self._reader.join(5)
 
     def stderr_tail(self, lines: int = 15) -> str:
         """The last lines the child wrote on stderr."""
-        try:
-            text = self.stderr_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return self.child.log_tail(lines)
+
+
+def start_senders(argv: dict[str, list[str]], folder: Path, state_dir: str | None,
+                  started: list[PeerProcess]) -> list[PeerProcess]:
+    """A sender process per name (``argv[name]``: its arguments after ``sender``; the ids it
+    sent go to ``<folder>/<name>.sent``), each added to ``started`` as it starts (the
+    caller stops them); returns them once every one is ready."""
+    senders = []
+    for name, args in argv.items():
+        sender = PeerProcess(name, ["sender", *args, "--sent", str(folder / f"{name}.sent")],
+                             folder, state_dir)
+        started.append(sender)
+        senders.append(sender)
+    for sender in senders:
+        sender.wait_ready(120)
+    return senders
+
+
+def wait_handled(receiver: PeerProcess, ledger: Path, want: set[str], timeout: float,
+                 say: Callable[[str], None]) -> None:
+    """Poll ``receiver``'s ledger (every second, saying how far it is) until it handled
+    every id in ``want``; returns at ``timeout`` seconds or once the receiver exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        have = {h.message_id for h in read_handled(ledger)}
+        if want <= have or time.monotonic() > deadline or not receiver.alive():
+            return
+        say(f"  B handled {len(want & have):,} of {len(want):,}")
+        time.sleep(1.0)  # polling the ledger file, bounded by the deadline above

@@ -47,7 +47,8 @@ from tidemark.log.settings import Settings
 from tidemark.peer_client import BatchContext, MessageContext, Peer, message, message_type_of
 from tidemark.stack.cpu_account import CpuAccount
 
-__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO", "HANDLERS"]
+__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO", "HANDLERS",
+           "RssSampler", "raw_consumer"]
 
 TARGET_RATE = 100_000
 TARGET_RATIO = 0.5
@@ -170,14 +171,20 @@ def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: 
     return q0, end
 
 
+def raw_consumer(settings: Settings, group: str) -> Consumer:
+    """A plain confluent-kafka consumer with large fetches, in a group of its own named
+    ``group``-<random>, that commits nothing: the raw baseline of the benches."""
+    return Consumer({"bootstrap.servers": settings.bootstrap,
+                     "group.id": f"{group}-{uuid.uuid4().hex[:8]}",
+                     "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                     "max.partition.fetch.bytes": 10_485_760})
+
+
 def raw_read(settings: Settings, peer: str, k: int, q0: int, n: int, timeout_s: float,
              say: Say) -> dict[str, Any]:
     """A plain confluent-kafka consumer reading ``peer``'s ``n`` queue entries from ``q0``."""
     prefix = (peer + "\0").encode()
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap, "group.id":
-                         f"bench-replay-raw-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
-                         "max.partition.fetch.bytes": 10_485_760})
+    consumer = raw_consumer(settings, "bench-replay-raw")
     consumer.assign([TopicPartition(settings.topic("queues"), k, q0)])
     got, first, deadline = 0, 0.0, time.monotonic() + timeout_s
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.demo.ledger import read_handled, read_sent, tally
-from tidemark.demo.procs import PeerProcess
+from tidemark.demo.procs import PeerProcess, start_senders, wait_handled
 from tidemark.log.exceptions import TidemarkError
 from tidemark.log.settings import Settings
 
@@ -146,15 +146,9 @@ def run_demo(settings: Settings, folder: Path, replica_addresses: list[str],
         say("start receiver B (replay on start, an empty queue; waits for the queues job)")
         b1 = receiver("B1")
         b1.wait_ready(opts.start_timeout_s)
-        senders = []
-        for sid in ("A", "C"):
-            s = PeerProcess(sid, ["sender", "--id", sid, "--to", "B", "--rate",
-                                  str(opts.rate), "--publish-every", str(opts.publish_every),
-                                  "--sent", str(folder / f"{sid}.sent")], folder, state_dir)
-            procs.append(s)
-            senders.append(s)
-        for s in senders:
-            s.wait_ready(120)
+        senders = start_senders(
+            {sid: ["--id", sid, "--to", "B", "--rate", str(opts.rate), "--publish-every",
+                   str(opts.publish_every)] for sid in ("A", "C")}, folder, state_dir, procs)
         say(f"senders A and C: up to {opts.rate:g} Ticks/s each to B, a Note published every"
             f" {opts.publish_every}")
         _phase(say, opts.live_s, senders, "B up")
@@ -178,13 +172,7 @@ def run_demo(settings: Settings, folder: Path, replica_addresses: list[str],
         sent = {s.name: read_sent(folder / f"{s.name}.sent") for s in senders}
         want = {mid for rows in sent.values() for mid, _, _ in rows}
         say(f"senders stopped: {len(want)} messages sent; waiting for B to handle them")
-        deadline = time.monotonic() + opts.settle_s
-        while True:
-            have = {h.message_id for h in read_handled(ledger)}
-            if want <= have or time.monotonic() > deadline or not b2.alive():
-                break
-            say(f"  B handled {len(want & have)} of {len(want)}")
-            time.sleep(1.0)  # polling the ledger file, bounded by the deadline above
+        wait_handled(b2, ledger, want, opts.settle_s, say)
         b2_final = b2.stop()
         handled = read_handled(ledger)
         t = tally(sent, handled)

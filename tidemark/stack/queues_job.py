@@ -7,17 +7,15 @@ takes the Python driver, its JVM and the Python workers together.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tidemark.log.settings import Settings
 from tidemark.spark_streaming.exceptions import QueuesError
+from tidemark.stack.processes import Child
 
 __all__ = ["JobProcess"]
-
 
 
 class JobProcess:
@@ -33,63 +31,38 @@ class JobProcess:
                      "--checkpoint", str(checkpoint), "--trigger", trigger, *(extra_args or [])]
         self.env = {**os.environ, **{f"TIDEMARK_KAFKA_{k.upper().replace('.', '_')}": v
                                      for k, v in settings.client.items()}}
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
         self.started_at = 0.0
 
     def start(self) -> "JobProcess":
         """Start the job (returns at once; Spark takes seconds to come up)."""
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True,
-                                         env=self.env)
+        self.child = Child(self.argv, self.log_file, env=self.env, own_group=True)
         self.started_at = time.monotonic()
         return self
 
     @property
     def pid(self) -> int:
         """The job's process id (also its process group id); 0 before :meth:`start`."""
-        return self.proc.pid if self.proc is not None else 0
+        return self.child.pid if self.child is not None else 0
 
     @property
     def alive(self) -> bool:
         """Whether the job process is still running."""
-        return self.proc is not None and self.proc.poll() is None
+        return self.child is not None and self.child.alive
 
     def kill(self) -> None:
         """SIGKILL the whole process group (driver, JVM, Python workers)."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(30)
+        if self.child is not None:
+            self.child.kill()
 
     def stop(self, grace_s: float = 30.0) -> int | None:
-        """SIGTERM (the job stops its query cleanly), then SIGKILL after ``grace_s``."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        try:  # Spark's helpers may outlive the driver; never leave them behind
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return self.proc.returncode
+        """SIGTERM (the job stops its query cleanly), then SIGKILL after ``grace_s``; Spark's
+        helpers that outlive the driver are killed with its process group."""
+        return self.child.stop(grace_s) if self.child is not None else None
 
     def log_tail(self, lines: int = 30) -> str:
         """The end of the job's log, for failure messages."""
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return (self.child.log_tail(lines) if self.child is not None else "") or "(no log)"
 
     def wait_for_progress(self, timeout_s: float, ends: dict[int, int] | None = None,
                           ) -> dict[int, int]:
@@ -106,8 +79,9 @@ class JobProcess:
                 if all(progress.get(p, 0) >= e for p, e in ends.items()):
                     return dict(progress)
                 if not self.alive:
-                    raise QueuesError(f"the queues job exited ({self.proc and self.proc.poll()});"
-                                      f" its log ends with:\n{self.log_tail()}")
+                    code = self.child.returncode if self.child is not None else None
+                    raise QueuesError(f"the queues job exited ({code}); its log ends with:\n"
+                                      f"{self.log_tail()}")
                 if time.monotonic() > deadline:
                     behind = {p: (progress.get(p, 0), e) for p, e in ends.items()
                               if progress.get(p, 0) < e}

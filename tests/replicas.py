@@ -1,5 +1,5 @@
-"""Helpers (no tests) for replica integration tests: a local stack of real node processes on the
-session's Kafka cluster, under a unique topic prefix."""
+"""Helpers for the replica integration and fault tests: a local stack of real node processes
+on the session's Kafka cluster, under a unique topic prefix."""
 
 from __future__ import annotations
 
@@ -13,15 +13,19 @@ from typing import Any
 
 import grpc
 
+from tests.support import wait_for
+from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.service import ReplicaClient as Peers
+from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
-from tidemark.log.settings import load_settings
+from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set
 from tidemark.replica.config import load_cluster_file
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
 
-__all__ = ["replica_stack", "status", "ends", "txlog_ust"]
+__all__ = ["replicas_and_job", "replica_stack", "status", "current_epoch", "ends",
+           "load_to_cut", "txlog_ust"]
 
 _VARS = ("TIDEMARK_BOOTSTRAP", "TIDEMARK_TOPIC_PREFIX", "TIDEMARK_PARTITIONS")
 
@@ -87,9 +91,29 @@ def status(stack: LocalStack, node: str | None = None) -> dict | None:
         peers.close()
 
 
+def current_epoch(settings: Settings) -> Epoch:
+    """The cluster's current epoch, read from the config topic (the test fails without one)."""
+    log = ConfigLog(settings)
+    try:
+        epoch = log.read_to_end()
+    finally:
+        log.close()
+    assert epoch is not None
+    return epoch
+
+
 def ends(stack: LocalStack) -> dict[str, int]:
     """``{"txlog/k": high watermark}``."""
     return {f"txlog/{k}": o for k, o in end_offsets(stack.settings(), "txlog").items()}
+
+
+def load_to_cut(stack: LocalStack, messages: int, seed: int, peers: int = 30) -> dict[str, int]:
+    """Write ``messages`` of load, then wait until the cut (the first answering node's txlog
+    UST) is at txlog's ends; returns those ends (:func:`ends`)."""
+    generate_load(stack.settings(), peers=peers, messages=messages, seed=seed)
+    target = ends(stack)
+    wait_for(lambda: txlog_ust(status(stack)) == target, 60, what="cut at the ends")
+    return target
 
 
 def txlog_ust(doc: dict | None) -> dict[str, int]:
