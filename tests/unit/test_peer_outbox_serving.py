@@ -21,7 +21,7 @@ class _Log:
 
 def test_the_sender_serves_callbacks_every_512_appends_and_counts_it() -> None:
     log = _Log()
-    out = Outbox("A", "inc", "test", log, None, None, 100, 100, 1 << 20,  # type: ignore[arg-type]
+    out = Outbox("A", "inc", "", "test", log, None, None, 100, 100, 1 << 20,  # type: ignore[arg-type]
                  {}, lambda peer: None)
     for i in range(1, 1600):
         out.append_now("B", b"x", None)
