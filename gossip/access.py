@@ -3,9 +3,9 @@
 With mutual TLS the caller's identity is its certificate's (:mod:`tidemark.gossip.pki`), so
 no token or signature is read from the request: :func:`admit` is the whole decision.
 
-- ``Gossip`` and ``Fetch``: replica nodes only (a node speaks for itself: the gossip handler
-  also checks that the state it receives is the caller's own).
-- ``Status`` and ``Digest``: nodes and operators.
+- ``Gossip``: replica nodes only (a node speaks for itself: the gossip handler also checks
+  that the state it receives is the caller's own).
+- ``Status``, ``Digest`` and ``Fetch`` (backfill, diagnostics): nodes and operators.
 - ``Replay``, ``Pin``, ``RenewPin``, ``Unpin``: a peer of the node's environment acting on its
   own queue (the handler checks the queue's owner through :func:`serving_peer`), nodes and
   operators.
@@ -23,7 +23,7 @@ from tidemark.gossip.pki import Identity
 __all__ = ["admit", "NODE_ONLY"]
 
 #: Methods only another replica node may call.
-NODE_ONLY = frozenset({"Gossip", "Fetch"})
+NODE_ONLY = frozenset({"Gossip"})
 
 
 def admit(method: str, caller: Identity | None, environment: str) -> PeerClaims | None:

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from tests.support import wait_for
+from tidemark.gossip.pki import Identity
+from tidemark.gossip.tls import resolve_transport
 from tidemark.log.consumer import read_to_end
 from tidemark.log.settings import Settings
 from tidemark.peer_client import MessageContext, PeerOptions, message, message_type_of
@@ -20,6 +22,7 @@ from tidemark.peer_client.direct import DirectClient
 from tidemark.peer_client.exceptions import (
     DuplicatePeerError,
     OversizedMessageError,
+    PeerUnreachableError,
     WrongEnvironmentError,
 )
 from tidemark.peer_client.peer import Peer
@@ -148,9 +151,14 @@ def test_environments_are_refused_everywhere(fresh_settings: Settings) -> None:
             "environment": "prod", "messages": [
                 {"message_id": "x-1", "message_type": "itest.Order", "payload": b"",
                  "timestamp_ms": 1, "persistent": True}]})
-        receipt = DirectClient(5000).call(a.endpoint, batch)
-        assert receipt["error_kind"] == "environment"
-        assert "environment 'test'" in receipt["error"] and a.stats["rejected"] == 1
+        # over mutual TLS the refusal comes before the batch is read: P's certificate names
+        # environment prod, an operator's names none
+        p_cert = resolve_transport(Identity("peer", "P", "prod"))
+        for client in (DirectClient(5000, p_cert), DirectClient(5000)):
+            with pytest.raises(PeerUnreachableError, match="PERMISSION_DENIED"):
+                client.call(a.endpoint, batch)
+            client.close()
+        assert a.stats.get("received", 0) == 0
 
 
 def test_same_peer_id_twice_is_refused_and_a_crashed_one_is_taken_over(
@@ -172,22 +180,25 @@ def test_bad_input_is_reported_and_never_fatal(fresh_settings: Settings) -> None
     with Peer("B", "test", small, OPTS) as b, Peer("A", "test", small, OPTS) as a:
         b.handler(Order)(lambda msg, ctx: seen.append(msg.n))
         a.wait_for_peer("B", condition=lambda e: "itest.Order" in e.subscriptions)
+        bad1, bad2 = f"{a.incarnation}-900001", f"{a.incarnation}-900002"  # A's own ids
         batch = peer_codec().encode("DirectBatch", {
             "sender": "A", "sender_incarnation": a.incarnation, "recipient": "B",
-            "environment": "test", "messages": [
-                {"message_id": "bad-1", "message_type": "itest.Order", "payload": b"\xc3\x01zz",
+            "environment": "test", "sender_nonce": a._core.nonce, "messages": [
+                {"message_id": bad1, "message_type": "itest.Order", "payload": b"\xc3\x01zz",
                  "timestamp_ms": 1, "persistent": True},
-                {"message_id": "bad-2", "message_type": "nobody.Declared", "payload": b"",
+                {"message_id": bad2, "message_type": "nobody.Declared", "payload": b"",
                  "timestamp_ms": 1, "persistent": True}]})
-        assert DirectClient(5000).call(b.endpoint, batch)["accepted"] == 2
+        client = DirectClient(5000, a._wiring.transport)  # as A, over A's certificate
+        assert client.call(b.endpoint, batch)["accepted"] == 2
+        client.close()
         with pytest.raises(OversizedMessageError, match="max_message_bytes=10000"):
             a.send("B", Blob(b"x" * 20_000))
         a.send("B", Order(7))
         wait_for(lambda: seen == [7], 30, 0.05, "the good message after the bad ones")
         assert b.stats["malformed"] == 1 and b.stats["unknown_type"] == 1
     failed = {r["message_id"]: r["reason"] for _, n, r in _txlog(small) if n == "DeliveryFailed"}
-    assert set(failed) == {"bad-1", "bad-2"} and "malformed" in failed["bad-1"]
-    assert "nobody.Declared" in failed["bad-2"]
+    assert set(failed) == {bad1, bad2} and "malformed" in failed[bad1]
+    assert "nobody.Declared" in failed[bad2]
     assert not [r for _, n, r in _txlog(small) if n == "Send" and
                 r["message_type"] == message_type_of(Blob).name]
 

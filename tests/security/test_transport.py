@@ -56,8 +56,9 @@ def test_admit_decides_from_the_certificate_only() -> None:
     assert admit("Status", Identity("operator", "ops"), ENV) is None
     with pytest.raises(PeerForbiddenError):
         admit("Gossip", peer, ENV)
+    assert admit("Fetch", Identity("operator", "ops"), ENV) is None
     with pytest.raises(PeerForbiddenError):
-        admit("Fetch", Identity("operator", "ops"), ENV)
+        admit("Fetch", peer, ENV)
     with pytest.raises(PeerForbiddenError):
         admit("Replay", Identity("peer", "alice", "staging"), ENV)
     with pytest.raises(PeerForbiddenError):
