@@ -48,7 +48,7 @@ def test_every_replica_gets_its_config_and_own_volume() -> None:
         assert svc["depends_on"]["topic-init"]["condition"] == "service_completed_successfully"
         cmd = svc["command"]
         assert cmd[:2] == ["replica", "run"] and cmd[cmd.index("--node") + 1] == name
-        mounts = svc["volumes"]
+        mounts = [m for m in svc["volumes"] if isinstance(m, str)]  # the TLS one: below
         cfg = cmd[cmd.index("--config") + 1]
         assert any(m.endswith(f":{cfg}:ro") for m in mounts)
         data = [m.split(":")[0] for m in mounts if m.split(":")[1] == "/var/lib/tidemark"]
@@ -88,3 +88,20 @@ def test_image_is_a_non_editable_install_without_local_state() -> None:
     assert "pip install" in docker and " -e " not in docker and "python -m tidemark.log.jvm" in docker
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", ".tidemark"} <= set(ignored)
+
+
+def test_replicas_speak_mutual_tls_with_their_own_certificate_only() -> None:
+    init = SERVICES["pki-init"]
+    script = " ".join(init["command"])
+    assert "ca init --dir /pki/ca --exist-ok" in script
+    for node in REPLICAS:
+        svc = SERVICES[node]
+        assert svc["depends_on"]["pki-init"]["condition"] == "service_completed_successfully"
+        env = svc["environment"]
+        assert env["TIDEMARK_TLS_CERT"] == f"/tls/node-{node}.crt"
+        assert env["TIDEMARK_TLS_KEY"] == f"/tls/node-{node}.key"
+        assert "TIDEMARK_INSECURE" not in env
+        mounts = [v for v in svc["volumes"] if isinstance(v, dict)]
+        assert [(m["source"], m["volume"]["subpath"], m["read_only"]) for m in mounts] == [
+            ("pki", node, True)]  # its own folder: never the CA key in /pki/ca
+        assert "ca issue node $$n" in script and node in script

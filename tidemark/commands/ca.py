@@ -26,7 +26,11 @@ def _folder(args: argparse.Namespace) -> Path:
 
 
 def _init(args: argparse.Namespace) -> int:
-    trust = init_ca(_folder(args), days=args.days)
+    folder = _folder(args)
+    if args.exist_ok and (folder / "trust.pem").is_file():
+        print(f"a CA is already in {folder}; kept")
+        return 0
+    trust = init_ca(folder, days=args.days)
     print(f"CA created; trust bundle {trust} (hand it to every node and peer)")
     return 0
 
@@ -87,6 +91,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     init = sub.add_parser("init", help="create the CA (refuses if one exists)")
     common(init, 3650)
+    init.add_argument("--exist-ok", action="store_true",
+                      help="keep the CA already in the folder instead of refusing")
     init.set_defaults(func=_init)
     rotate = sub.add_parser("rotate", help="a new CA signs; the old stays trusted until expiry")
     common(rotate, 3650)
