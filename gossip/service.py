@@ -282,6 +282,18 @@ def _token(context: grpc.ServicerContext) -> str | None:
     return token if isinstance(token, str) else None
 
 
+def _end_stream(context: grpc.ServicerContext, name: str, exc: Exception) -> None:
+    """End a stream that raised: a :class:`ReplayError` with its status, its message and its
+    class name in trailing metadata; anything else as INTERNAL (never kill the thread)."""
+    if isinstance(exc, ReplayError):
+        log.warning("%s refused or failed: %s", name, exc)
+        context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
+        context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
+    elif context.is_active():
+        log.warning("%s failed: %s", name, exc)
+        context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+
+
 def _first_message(requests: Iterator[bytes], context: grpc.ServicerContext,
                    seconds: float) -> Iterator[bytes]:
     """``requests`` with its first message read now, within ``seconds``: a caller that opens a
@@ -316,14 +328,8 @@ def _wrap_stream(name: str, fn: StreamHandler, secret: str | bytes | None = None
             with limits.peer_call(_token(context), True) if peer_facing else nullcontext():
                 requests = _first_message(requests, context, limits.first_message_s)
                 yield from guarded_stream(requests, context)
-        except ReplayError as exc:
-            log.warning("%s refused or failed: %s", name, exc)
-            context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
-            context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
-        except Exception as exc:  # report, never kill the server thread
-            if context.is_active():
-                log.warning("%s failed: %s", name, exc)
-                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+        except Exception as exc:  # noqa: BLE001 - ended with a status, never kills the thread
+            _end_stream(context, name, exc)
 
     def guarded_stream(requests: Iterator[bytes],
                        context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -486,14 +492,8 @@ def _start_tls_server(address: str, handlers: Mapping[str, Callable[[bytes], byt
                         _CALLER.reset(token)
             except PeerAuthError as exc:
                 _refuse(context, name, exc)
-            except ReplayError as exc:
-                log.warning("%s refused or failed: %s", name, exc)
-                context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
-                context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
-            except Exception as exc:  # report, never kill the server thread
-                if context.is_active():
-                    log.warning("%s failed: %s", name, exc)
-                    context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+            except Exception as exc:  # noqa: BLE001 - ended with a status
+                _end_stream(context, name, exc)
         return grpc.stream_stream_rpc_method_handler(handle)
 
     server = grpc.server(ThreadPoolExecutor(max_workers=limits.workers),

@@ -10,7 +10,12 @@ process started as ``python -m tidemark.demo.peer_proc`` does not pay for the wh
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# gRPC's C core writes plain-text lines to stderr (a failed TLS handshake at INFO): keep the
+# process's logs JSON and quiet by default; an explicit GRPC_VERBOSITY wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 if TYPE_CHECKING:
     from tidemark.console import build_parser, main
