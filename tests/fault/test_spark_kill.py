@@ -17,7 +17,8 @@ from tidemark.spark_streaming.depth import ProgressTracker, read_queues, wait_fo
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.spark import plan
 
-pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(420)]
+# in `make load` (about 100 s): make test stays under 25 minutes
+pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.load, pytest.mark.timeout(420)]
 
 
 TOPIC_LETTER = "k"  # the topic prefix of this module's stack (tests/fault/conftest.py)

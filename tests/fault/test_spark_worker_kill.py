@@ -36,7 +36,8 @@ from tidemark.stack.launcher import LocalStack
 from tidemark.stack.processes import is_alive
 from tidemark.stack.spark import plan
 
-pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.timeout(480)]
+# in `make load` (about 60 s): make test stays under 25 minutes
+pytestmark = [pytest.mark.spark, pytest.mark.fault, pytest.mark.load, pytest.mark.timeout(480)]
 
 #: What marks a PySpark Python worker process on its command line (a Python interpreter's:
 #: the JVM's own command line names the daemon module too, in its ``--conf``).

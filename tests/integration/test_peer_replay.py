@@ -123,6 +123,7 @@ def test_a_batch_handler_gets_the_backlog_in_lists_each_message_once(
     assert job.alive, job.log_tail()
 
 
+@pytest.mark.load  # about 60 s: in `make load`, so that make test stays under 25 minutes
 def test_sender_keeps_sending_through_a_restart(replicas_job: tuple[LocalStack, JobProcess]) -> None:
     s, job = replicas_job
     settings = s.settings()
@@ -231,6 +232,7 @@ def test_the_readme_peer_example_runs_as_written_with_replay(
     s, _ = replicas_job
     settings = s.settings()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
+    env["TIDEMARK_TLS_ISSUER"] = os.environ["TIDEMARK_TLS_ISSUER"]  # the stack's CA here
     env.update(TIDEMARK_STATE_DIR=str(s.state_dir), TIDEMARK_BOOTSTRAP=settings.bootstrap,
                TIDEMARK_TOPIC_PREFIX=settings.topic_prefix,
                TIDEMARK_PARTITIONS=str(settings.partitions))

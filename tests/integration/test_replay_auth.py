@@ -70,8 +70,12 @@ print(json.dumps(out), flush=True)
 
 @pytest.fixture(scope="module")
 def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with replica_stack(bootstrap, tmp_path_factory.mktemp("auth") / "stack", "1x1") as s:
-        yield s
+    """A node started insecure: this module tests the peer tokens, which are what an
+    insecure node checks (over mutual TLS the certificate decides: tests/security)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIDEMARK_INSECURE", "1")  # the node, this process and the peer scripts
+        with replica_stack(bootstrap, tmp_path_factory.mktemp("auth") / "stack", "1x1") as s:
+            yield s
 
 
 def peer_process(stack: LocalStack, tmp: Path, mode: str, target: str,

@@ -22,8 +22,10 @@ import pytest
 from tests.replicas import current_epoch, replica_stack, status, txlog_ust
 from tests.support import wait_for
 from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
+from tidemark.gossip.pki import Identity
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.service import ReplicaClient
+from tidemark.gossip.tls import resolve_transport
 from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.partitioner import partition_for_peer
@@ -190,13 +192,19 @@ def test_barrier_waits_for_the_queues_then_times_out_clearly(stack: LocalStack) 
 
 
 def test_other_environment_and_other_partition_are_refused(stack: LocalStack) -> None:
-    client = ReplicaClient()
+    """Over mutual TLS the caller is its certificate: a peer of another environment, or
+    another peer of this one, is refused before the replay starts; an operator may ask, but
+    not for another environment's queue, and a node that does not own the partition says so."""
     node, address = owner(stack, "cy")
-    with pytest.raises(PeerForbiddenError, match="token of 'cy' is for environment 'prod'"):
-        client.replay(address, "cy", "prod")  # this process's own token, for prod
-    token = peer_env(stack, "cy", ENV)["TIDEMARK_PEER_TOKEN"]
+    for identity, why in ((Identity("peer", "cy", "prod"), "not a peer of this node's"),
+                          (Identity("peer", "dee", ENV), "may not act on the queue of 'cy'")):
+        peer = ReplicaClient(transport=resolve_transport(identity))
+        with pytest.raises(PeerForbiddenError, match=why):
+            peer.replay(address, "cy", identity.environment)
+        peer.close()
+    client = ReplicaClient()  # an operator
     with pytest.raises(ReplayRefusedError, match="environment 'prod' is not this cluster's"):
-        client.replay(address, "cy", "prod", token=token)
+        client.replay(address, "cy", "prod")
     other = next(n for n in current_epoch(stack.settings()).nodes if n != node)
     with pytest.raises(ReplayRefusedError, match=f"{other} does not own txlog/"):
         client.replay(current_epoch(stack.settings()).nodes[other], "cy", ENV)

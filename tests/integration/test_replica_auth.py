@@ -24,8 +24,10 @@ from tidemark.stack.replicas import CONFIG_NAME
 pytestmark = pytest.mark.integration
 
 
-def test_outside_calls_refused_and_forged_gossip_never_raises_the_cut(bootstrap: str,
-                                                                     tmp_path: Path) -> None:
+def test_outside_calls_refused_and_forged_gossip_never_raises_the_cut(
+        bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # insecure nodes: this is the cluster secret's HMAC layer (over TLS: tests/security)
+    monkeypatch.setenv("TIDEMARK_INSECURE", "1")
     with replica_stack(bootstrap, tmp_path / "stack", "1x2") as stack:
         path = stack.state_dir / CONFIG_NAME
         cf = load_cluster_file(path)

@@ -1,9 +1,10 @@
-"""Forged and replayed gossip against a real 2x2 replica cluster (node processes, Kafka,
-LevelDB, gRPC over mutual TLS). Once the cut is at the log ends, a forged state of p0r1 that
-claims a thousand more records than the log holds is pushed to p1r0 by an operator, a peer,
-and another node (p0r0) speaking for p0r1; p0r1's own certificate replays a captured state
-stamped a minute ahead. Every one is refused or ignored: the cut and the GC point stay at the
-ends, and ``WaitStable`` beyond the ends stays false."""
+"""Forged and replayed gossip against a real replica pair (node processes, Kafka, LevelDB,
+gRPC over mutual TLS). Once the cut is at the log ends, forged states of p0r0 and p0r1 that
+claim a thousand more records than the log holds are pushed to the other node by an
+operator, a peer, and a node outside the cluster speaking for them; each node's own
+certificate replays its state inflated and stamped a minute ahead. Every one is refused or
+ignored: the cut and the GC point stay at the ends, and ``WaitStable`` beyond the ends
+stays false."""
 
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ def _client(kind: str, name: str, env: str = "") -> ReplicaClient:
 
 
 def test_forged_and_replayed_gossip_cannot_move_the_cut(bootstrap: str, tmp_path: Path) -> None:
-    with replica_stack(bootstrap, tmp_path / "stack", "2x2") as stack:
+    with replica_stack(bootstrap, tmp_path / "stack", "1x2") as stack:
         target = load_to_cut(stack, 2000, seed=7)
         nodes = {n.node_id: n.address for n in
                  load_cluster_file(stack.state_dir / CONFIG_NAME).nodes.values()}
         # the real states of txlog/0's owners (as a node would get them), inflated
-        as_p1r1 = _client("node", "p1r1")
-        probe = NodeState("p1r1", 1, 0, False).encode()
-        real = {n: NodeState.decode(as_p1r1.call(nodes[n], "Gossip", probe, 5))
+        outsider = _client("node", "p9r9")  # a valid node certificate, not in the cluster
+        probe = NodeState("p9r9", 1, 0, False).encode()
+        real = {n: NodeState.decode(outsider.call(nodes[n], "Gossip", probe, 5))
                 for n in ("p0r0", "p0r1")}
 
         def inflated(state: NodeState, ahead_ms: int = 0) -> bytes:
@@ -48,7 +49,7 @@ def test_forged_and_replayed_gossip_cannot_move_the_cut(bootstrap: str, tmp_path
                                        timestamp_ms=int(time.time() * 1000) + ahead_ms).encode()
         for client, what in ((_client("operator", "mallory"), "an operator"),
                              (_client("peer", "mallory", "default"), "a peer"),
-                             (as_p1r1, "another node")):
+                             (outsider, "another node")):
             for victim, node in ((n, a) for n in nodes for a in ("p0r0", "p0r1") if n != a):
                 with pytest.raises(grpc.RpcError) as err:
                     client.call(nodes[victim], "Gossip", inflated(real[node]), 5)
@@ -65,7 +66,7 @@ def test_forged_and_replayed_gossip_cannot_move_the_cut(bootstrap: str, tmp_path
                 doc = status(stack, node)
                 assert doc is not None and txlog_ust(doc) == target, f"{node}'s cut moved"
                 assert all(doc["gc_point"][tp] <= target[tp] for tp in target)
-        waited = json.loads(as_p1r1.call(nodes["p0r0"], "WaitStable", json.dumps(
+        waited = json.loads(outsider.call(nodes["p0r0"], "WaitStable", json.dumps(
             {"partition": 0, "offset": target["txlog/0"] + 500, "timeout_ms": 1000}).encode(),
             5))
         assert waited["reached"] is False and waited["stable_end"] == target["txlog/0"]

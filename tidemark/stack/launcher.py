@@ -242,10 +242,12 @@ class LocalStack:
         ``sasl``, new brokers listen with SASL_PLAINTEXT SCRAM-SHA-256 only (an existing
         stack keeps how it was made). The state folder is private (0700) and holds the
         stack's certificate authority (``pki/``), from which every process of the stack
-        issues itself a certificate (mutual TLS on every gRPC channel)."""
+        signs itself a certificate (mutual TLS on every gRPC channel); with
+        ``TIDEMARK_TLS_ISSUER`` set, that CA serves instead."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
-        if not (local_pki_dir(self.state_dir) / "trust.pem").is_file():
+        if (not registry.env_value("tls_issuer") and not registry.env_value("insecure")
+                and not (local_pki_dir(self.state_dir) / "trust.pem").is_file()):
             init_ca(local_pki_dir(self.state_dir), name="tidemark local stack")
             progress(f"created the local CA in {local_pki_dir(self.state_dir)}")
         external = registry.env_value("bootstrap")
