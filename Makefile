@@ -35,9 +35,9 @@ lint: install
 soak: install jars
 	$(PY) -m pytest -m soak -p no:cacheprovider $(PYTEST_ARGS)
 
-# restarts under load (3 senders at 1,200 msgs/s, kills), a 200k queues backlog and the bench
-# smoke tests (bench produce, bench catchup): ~20 min, so a group of their own, which .ci/run
-# runs after `make test`
+# restarts under load (3 senders at 1,200 msgs/s, kills), the Spark job and its Python worker
+# killed under traffic, a 200k queues backlog and the bench smoke tests (bench produce, bench
+# catchup): ~20 min, so a group of their own, which .ci/run runs after `make test`
 load: install jars
 	$(PY) -m pytest -m load -p no:cacheprovider $(PYTEST_ARGS)
 
