@@ -282,6 +282,15 @@ def _token(context: grpc.ServicerContext) -> str | None:
     return token if isinstance(token, str) else None
 
 
+def _end_unary(context: grpc.ServicerContext, name: str, exc: Exception) -> None:
+    """End a unary call that raised: a refusal (:class:`PeerAuthError`) with its status and
+    class name; anything else as INTERNAL (never kill the server thread)."""
+    if isinstance(exc, PeerAuthError):
+        _refuse(context, name, exc)
+    log.warning("rpc failed: %s", exc)
+    context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+
+
 def _end_stream(context: grpc.ServicerContext, name: str, exc: Exception) -> None:
     """End a stream that raised: a :class:`ReplayError` with its status, its message and its
     class name in trailing metadata; anything else as INTERNAL (never kill the thread)."""
@@ -393,14 +402,8 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                       else nullcontext(),
                       serving_as(authorize(name, request, context) if for_peers else None)):
                     return fn(request)
-            except PeerAuthError as exc:
-                log.warning("refused %s from %s: %s", name, context.peer(), exc)
-                context.set_trailing_metadata(((ERROR_KEY, type(exc).__name__),))
-                context.abort(grpc.StatusCode[exc.status], str(exc)[:1000])
-                raise  # unreachable: abort raises
-            except Exception as exc:  # report, never kill the server thread
-                log.warning("rpc failed: %s", exc)
-                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+            except Exception as exc:  # noqa: BLE001 - ended with a status
+                _end_unary(context, name, exc)
                 raise  # unreachable: abort raises
         return grpc.unary_unary_rpc_method_handler(handle)
     server = grpc.server(ThreadPoolExecutor(max_workers=workers),
@@ -461,12 +464,8 @@ def _start_tls_server(address: str, handlers: Mapping[str, Callable[[bytes], byt
                         return fn(request)
                 finally:
                     _CALLER.reset(token)
-            except PeerAuthError as exc:
-                _refuse(context, name, exc)
-                raise  # unreachable: abort raises
-            except Exception as exc:  # report, never kill the server thread
-                log.warning("rpc failed: %s", exc)
-                context.abort(grpc.StatusCode.INTERNAL, str(exc)[:300])
+            except Exception as exc:  # noqa: BLE001 - ended with a status
+                _end_unary(context, name, exc)
                 raise  # unreachable: abort raises
         return grpc.unary_unary_rpc_method_handler(handle)
 
