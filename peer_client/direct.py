@@ -26,6 +26,7 @@ import grpc
 
 from tidemark.gossip.pki import Identity, PkiError
 from tidemark.gossip.tls import Transport, default_transport
+from tidemark.log.wire import HEADER_SIZE, read_long
 from tidemark.peer_client.exceptions import PeerClientError, PeerUnreachableError
 from tidemark.peer_client.ports import DirectCallback
 from tidemark.peer_client.records import peer_codec
@@ -66,21 +67,12 @@ def caller_of(transport: Transport, context: grpc.ServicerContext, environment: 
 def batch_recipient(batch: bytes) -> str:
     """The ``recipient`` of an encoded DirectBatch (its third field), read without decoding
     the messages."""
-    pos = 10  # the single-object header
-    for field in range(3):
-        n, shift = 0, 0
-        while True:
-            b = batch[pos]
-            pos += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-        n = (n >> 1) ^ -(n & 1)
-        if field == 2:
-            return batch[pos:pos + n].decode()
+    pos = HEADER_SIZE
+    for _ in range(2):  # sender, sender_incarnation
+        n, pos = read_long(batch, pos)
         pos += n
-    raise AssertionError("unreachable")
+    n, pos = read_long(batch, pos)
+    return batch[pos:pos + n].decode()
 
 
 class DirectServer:
