@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -80,14 +81,30 @@ class PeerScript:
         self.child = Child([sys.executable, "-c", script, str(stack.state_dir), peer_id, *args],
                            tmp / f"{peer_id}-{os.getpid()}-{id(self)}.err", env=env, cwd=ROOT,
                            talk=True)
+        self._lines: queue.Queue[str] | None = None
 
     def command(self, cmd: str) -> None:
         self.child.send(cmd)
 
-    def line(self) -> str:
-        out = self.child.readline()
+    def line(self, timeout_s: float = 600.0) -> str:
+        """The next line the process writes (fails after ``timeout_s`` or at its exit)."""
+        if self._lines is None:
+            self._lines = queue.Queue()
+            threading.Thread(target=self._read, args=(self._lines,), daemon=True).start()
+        try:
+            out = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(f"no line from the peer process in {timeout_s:g} s:"
+                                 f" {self.child.log_tail(40)}") from None
         assert out, f"peer process exited: {self.child.log_tail(40)}"
         return out.strip()
+
+    def _read(self, lines: "queue.Queue[str]") -> None:
+        while True:
+            out = self.child.readline()
+            lines.put(out)
+            if not out:
+                return
 
     def ready(self) -> str:
         """Waits for the end of the start sequence; returns the incarnation."""
@@ -97,7 +114,9 @@ class PeerScript:
 
     def status(self) -> dict[str, Any]:
         self.command("status")
-        return dict(json.loads(self.line()))
+        doc = dict(json.loads(self.line()))
+        assert "status_error" not in doc, f"Peer.status() raised: {doc['status_error']}"
+        return doc
 
     def stop(self) -> None:
         self.command("stop")
@@ -119,7 +138,10 @@ def serve_peer(peer: Any, actions: Mapping[str, Callable[[], object]] | None = N
         for line in sys.stdin:
             cmd = line.strip()
             if cmd == "status":
-                print(json.dumps(peer.status()), flush=True)
+                try:
+                    print(json.dumps(peer.status()), flush=True)
+                except Exception as exc:  # the test reads the failure, not the next line
+                    print(json.dumps({"status_error": repr(exc)}), flush=True)
             elif cmd == "stop":
                 break
             elif actions and cmd in actions:

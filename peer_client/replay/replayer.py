@@ -169,12 +169,6 @@ class ReplicaReplayer:
         self._epoch_fn = epoch
         self._own_client = client is None
         self.client = client or ReplicaClient()
-
-    def bind_transport(self, transport: Transport) -> None:
-        """Replay over the peer's own transport (its certificate), unless given a client."""
-        if self._own_client:
-            self.client.close()
-            self.client = ReplicaClient(transport=transport)
         self.follower: TxlogFollower | None = None
         self._stream: Any = None    # the replay stream being read
         self.stage = "idle"
@@ -192,6 +186,12 @@ class ReplicaReplayer:
         self.forwarded = 0
         self.damaged = 0            # replayed entries that did not decode (left queued)
         self._lock = threading.Lock()
+
+    def bind_transport(self, transport: Transport) -> None:
+        """Replay over the peer's own transport (its certificate), unless given a client."""
+        if self._own_client:
+            self.client.close()
+            self.client = ReplicaClient(transport=transport)
 
     def _epoch(self) -> Epoch:
         if self._epoch_fn is not None:

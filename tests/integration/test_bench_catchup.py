@@ -52,7 +52,10 @@ def test_bench_catchup_measures_a_restart_under_traffic(stack: LocalStack,
     assert r["time_to_normal_sampled_s"] is not None
     assert r["lost"] == 0 and r["sent"] > 0, r
     assert r["applied_twice"] == 0 and r["out_of_order"] == 0 and r["unexpected"] == 0, r
-    assert r["sent_while_down"] > 0 and r["backlog_records"] >= r["sent_while_down"]
+    # sent_while_down counts the senders' last progress reports (sampled, sends in flight
+    # included) and backlog_records the txlog end offsets: equal up to those few in flight
+    assert r["sent_while_down"] > 0
+    assert r["backlog_records"] >= 0.9 * r["sent_while_down"], r
     assert r["replayed"] + r["forwarded"] > 0
     assert r["raw_records"] == r["backlog_records"] and r["raw_seconds"] > 0
     assert r["ratio"] == pytest.approx(r["time_to_normal_s"] / r["raw_seconds"], rel=0.01)
