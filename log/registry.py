@@ -124,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
     # Kafka ([kafka] table)
     Setting("bootstrap", "TIDEMARK_BOOTSTRAP", "str", "",
             "Kafka bootstrap servers; when set, the local stack starts no broker"),
+    Setting("stack_role", "TIDEMARK_STACK_ROLE", "str", "operator",
+            "which Kafka user of a `local up --sasl` stack this process signs in as:"
+            " operator, replica, job or peer"),
     Setting("topic_prefix", "TIDEMARK_TOPIC_PREFIX", "str", "tidemark.",
             "prefix of the five topic names"),
     Setting("partitions", "TIDEMARK_PARTITIONS", "int", 12, "txlog and queues partitions"),

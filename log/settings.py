@@ -273,6 +273,21 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
     return out
 
 
+def _stack_client(state_doc: Mapping[str, Any], env: Mapping[str, str],
+                  state_file: Path) -> Mapping[str, Any]:
+    """The Kafka client settings a local stack's state file gives this process: its role's
+    user (``roles``) when the stack has one per role, else the stack's ``client``."""
+    roles = state_doc.get("roles")
+    spec = registry.setting("stack_role")
+    role = env.get(spec.env) or str(spec.default)
+    if not roles:
+        return dict(state_doc.get("client", {}))
+    if role not in roles:
+        raise ConfigError(f"{spec.env}={role}: {state_file} has no such Kafka user (roles:"
+                          f" {', '.join(sorted(roles))})")
+    return dict(roles[role])
+
+
 def load_settings(path: str | os.PathLike[str] | None = None,
                   env: Mapping[str, str] | None = None,
                   state_dir: str | os.PathLike[str] | None = None,
@@ -318,9 +333,10 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             try:
                 state_doc = json.loads(state_file.read_text())
                 values["bootstrap"] = state_doc["bootstrap"]
-                # the stack's client settings (SASL of `local up --sasl`); explicit ones win
-                client = {**{str(k): str(v) for k, v in state_doc.get("client", {}).items()},
-                          **client}
+                # the stack's client settings (SASL of `local up --sasl`: the user of this
+                # process's role, TIDEMARK_STACK_ROLE); explicit ones win
+                client = {**{str(k): str(v) for k, v in
+                             _stack_client(state_doc, env, state_file).items()}, **client}
                 sources.append(str(state_file))
             except (ValueError, KeyError, AttributeError):
                 raise ConfigError(f"{state_file} is not a valid local-stack state file") from None

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: replay on restart, end to end, on a local stack.
-#  1. a 3-broker KRaft cluster on 127.0.0.1, four LevelDB replica nodes (2 partitions x 2
-#     replicas) and the Spark queues job;
+#  1. a 3-broker KRaft cluster on 127.0.0.1 (SCRAM users per role, topic ACLs), four
+#     LevelDB replica nodes (2 partitions x 2 replicas) and the Spark queues job;
 #  2. `tidemark demo`: peers as separate processes. Receiver B starts; senders A and C send
 #     Ticks to B and publish Notes (B subscribes); B is killed with SIGKILL while the
 #     traffic goes on; B restarts, replays its queue from a replica (progress shown),
@@ -24,8 +24,8 @@ step() { echo; echo "== $*"; }
 $T local down >/dev/null 2>&1 || true
 rm -rf "$TIDEMARK_STATE_DIR"
 
-step "tidemark local up --brokers 3 --replicas 2x2 --spark   (state in $TIDEMARK_STATE_DIR)"
-$T local up --brokers 3 --replicas 2x2 --spark
+step "tidemark local up --sasl --brokers 3 --replicas 2x2 --spark   (state in $TIDEMARK_STATE_DIR)"
+$T local up --sasl --brokers 3 --replicas 2x2 --spark
 $T local status
 
 step "tidemark demo: A and C send to B; B is killed (SIGKILL), restarts, replays, hands over"

@@ -33,7 +33,8 @@ class PeerProcess:
         base = [sys.executable, "-m", "tidemark.demo.peer_proc"]
         if state_dir:
             base += ["--state-dir", state_dir]
-        child_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # a peer signs in to Kafka as the stack's peer user (`local up --sasl`)
+        child_env = {"TIDEMARK_STACK_ROLE": "peer", **os.environ, "PYTHONUNBUFFERED": "1"}
         for k, v in (env or {}).items():
             if v is None:
                 child_env.pop(k, None)

@@ -37,6 +37,7 @@ from tidemark.log.exceptions import ClusterLaunchError
 from tidemark.log.settings import Settings, default_state_dir, load_settings
 from tidemark.log.topics import ensure_topics
 from tidemark.spark_streaming.supervisor import STATUS_NAME, read_status
+from tidemark.stack.acls import ROLES, SUPER_ROLES, grant_roles
 from tidemark.stack.processes import (
     free_ports,
     is_alive,
@@ -46,6 +47,9 @@ from tidemark.stack.processes import (
     wait_file,
     wait_port,
 )
+
+#: The Kafka user (role) of each kind of process the stack starts.
+_ROLE_OF_KIND = {"replica": "replica", "spark": "job"}
 
 __all__ = ["ProcessSpec", "LocalStack", "SCRAM_MECHANISM"]
 
@@ -120,7 +124,8 @@ class LocalStack:
 
     def settings(self) -> Settings:
         """Settings pointing at this stack's cluster."""
-        return load_settings(state_dir=self.state_dir)
+        role = registry.setting("stack_role").env
+        return load_settings(state_dir=self.state_dir, env={**os.environ, role: "operator"})
 
     # ---- processes -------------------------------------------------------------------------
     def ensure(self, spec: ProcessSpec, timeout_s: float = 90.0, wait: bool = True) -> ProcessSpec:
@@ -130,7 +135,8 @@ class LocalStack:
         known = self.state["processes"].get(spec.name)
         if known and is_alive(known.get("pid"), self.marker):
             return ProcessSpec(**known)
-        env = {**os.environ, **self._client_env(), **spec.env}
+        env = {**os.environ, **self._client_env(_ROLE_OF_KIND.get(spec.kind, "operator")),
+               **spec.env}
         if spec.ready_file:
             Path(spec.ready_file).unlink(missing_ok=True)  # from an earlier run
         spec.pid = start_detached(spec.argv, self.state_dir / "logs" / f"{spec.name}.log", env)
@@ -140,10 +146,14 @@ class LocalStack:
             self.wait_ready(spec, time.monotonic() + timeout_s)
         return spec
 
-    def _client_env(self) -> dict[str, str]:
-        """The stack's Kafka client settings (SASL) as ``TIDEMARK_KAFKA_*`` variables."""
-        return {registry.KAFKA_CLIENT_PREFIX + k.upper().replace(".", "_"): v
-                for k, v in self.state.get("client", {}).items()}
+    def _client_env(self, role: str = "operator") -> dict[str, str]:
+        """The Kafka client settings (SASL) of ``role``'s user as ``TIDEMARK_KAFKA_*``
+        variables, and the role itself (``TIDEMARK_STACK_ROLE``)."""
+        client = self.state.get("roles", {}).get(role) or self.state.get("client", {})
+        out = {registry.KAFKA_CLIENT_PREFIX + k.upper().replace(".", "_"): v
+               for k, v in client.items()}
+        out[registry.setting("stack_role").env] = role
+        return out
 
     def wait_ready(self, spec: ProcessSpec, deadline: float) -> None:
         """Wait until ``spec`` serves on its ready port, or has created its ready file."""
@@ -199,13 +209,16 @@ class LocalStack:
         scram: list[str] = []
         broker_user: tuple[str, str] | None = None
         if sasl:
-            client_pw, broker_pw = secrets.token_hex(16), secrets.token_hex(16)
+            broker_pw = secrets.token_hex(16)
             broker_user = ("broker", broker_pw)
-            self.state["client"] = {"security.protocol": "SASL_PLAINTEXT",
-                                    "sasl.mechanism": SCRAM_MECHANISM,
-                                    "sasl.username": "tidemark", "sasl.password": client_pw}
-            scram = [f"--add-scram={SCRAM_MECHANISM}=[name=broker,password={broker_pw}]",
-                     f"--add-scram={SCRAM_MECHANISM}=[name=tidemark,password={client_pw}]"]
+            roles = {role: {"security.protocol": "SASL_PLAINTEXT",
+                            "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": role,
+                            "sasl.password": secrets.token_hex(16)} for role in ROLES}
+            self.state["roles"] = roles
+            self.state["client"] = roles["operator"]  # the CLI is the operator's tool
+            scram = [f"--add-scram={SCRAM_MECHANISM}=[name=broker,password={broker_pw}]"]
+            scram += [f"--add-scram={SCRAM_MECHANISM}=[name={role},password="
+                      f"{c['sasl.password']}]" for role, c in roles.items()]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(count))
         jars = jvm.ensure_jars("kafka")
@@ -276,6 +289,11 @@ class LocalStack:
         self._save()
         progress("creating topics")
         ensure_topics(self.settings(), timeout_s=timeout_s)
+        if self.state.get("roles") and not self.state.get("acls"):
+            count = grant_roles(self.settings(), timeout_s)
+            self.state["acls"] = count
+            self._save()
+            progress(f"granted {count} topic ACLs to the replica, job and peer users")
         for plan in extra:
             for spec in plan(self):
                 progress(f"starting {spec.name}")
@@ -353,7 +371,15 @@ def _listener_lines(port: int, cport: int, broker_user: tuple[str, str] | None) 
 def _server_properties(node: int, port: int, cport: int, voters: str, folder: Path,
                        count: int, broker_user: tuple[str, str] | None = None) -> str:
     rf = min(3, count)
-    return "\n".join([
+    # with SASL, Kafka's StandardAuthorizer: the brokers (and the controllers, which talk
+    # on the loopback-only PLAINTEXT controller listener, as ANONYMOUS) and the operator
+    # are super users; every other user gets only its role's ACLs (tidemark.stack.acls)
+    authz = ([] if broker_user is None else [
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=" + ";".join(f"User:{u}" for u in
+                                  (broker_user[0], "ANONYMOUS", *SUPER_ROLES)),
+        "allow.everyone.if.no.acl.found=false"])
+    return "\n".join([*authz,
         "process.roles=broker,controller", f"node.id={node}",
         f"controller.quorum.voters={voters}",
         *_listener_lines(port, cport, broker_user),

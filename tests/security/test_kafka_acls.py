@@ -1,7 +1,10 @@
 """`tidemark local up --sasl`: a real broker whose only client listener is SASL_PLAINTEXT
-SCRAM-SHA-256 (credentials added at storage format time). The CLI's `load`, the project's
-librdkafka consumer and a replica node work through it with the stack's credentials; a
-client without credentials, or with a wrong password, is refused."""
+SCRAM-SHA-256 (credentials added at storage format time), one SCRAM user per role and
+KRaft's StandardAuthorizer with each role's topic ACLs. The CLI's `load` (operator), the
+project's librdkafka consumer, a replica node (replica user) and the Spark job (job user)
+work through it; a client without credentials, or with a wrong password, is refused; each
+role appends only where its ACLs allow (a peer's user appending a config epoch, a queue
+record or a dead letter is refused by Kafka); peers on the peer user deliver once."""
 
 from __future__ import annotations
 
@@ -9,20 +12,24 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.replicas import ends, status, txlog_ust
-from tests.support import wait_for
+from tests.support import Job, wait_for
 from tidemark.log.consumer import read_to_end
+from tidemark.log.exceptions import ConfigError
+from tidemark.log.settings import Settings, load_settings
+from tidemark.peer_client.peer import Peer
 from tidemark.stack.launcher import LocalStack
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 _ENV = {"TIDEMARK_REPLICATION_FACTOR": "1", "TIDEMARK_MIN_INSYNC_REPLICAS": "1",
         "TIDEMARK_PARTITIONS": "2"}
 
@@ -62,8 +69,11 @@ def test_state_records_the_sasl_client_settings(sasl_stack: LocalStack) -> None:
     state = json.loads(sasl_stack.state_file.read_text())
     client = state["client"]
     assert client["security.protocol"] == "SASL_PLAINTEXT"
-    assert client["sasl.mechanism"] == "SCRAM-SHA-256" and client["sasl.username"] == "tidemark"
+    assert client["sasl.mechanism"] == "SCRAM-SHA-256" and client["sasl.username"] == "operator"
+    assert set(state["roles"]) == {"operator", "replica", "job", "peer"}
+    assert state["roles"]["operator"] == client and state["acls"] > 0
     props = (sasl_stack.state_dir / "broker-1" / "server.properties").read_text()
+    assert "StandardAuthorizer" in props and "allow.everyone.if.no.acl.found=false" in props
     assert "listeners=SASL_PLAINTEXT://127.0.0.1:" in props and "PLAINTEXT://127.0.0.1" not in \
         props.replace("SASL_PLAINTEXT://", "").split("CONTROLLER://")[0]
     assert dict(sasl_stack.settings().client) == client
@@ -110,3 +120,74 @@ def test_the_spark_job_reads_and_writes_through_sasl(sasl_stack: LocalStack) -> 
     def converged() -> bool:
         return read_queues(settings, timeout_s=30).queues == expected
     wait_for(converged, 400, what="the queues job's view equal to the model, through SASL")
+
+
+def _as(stack: LocalStack, role: str) -> Settings:
+    return load_settings(state_dir=stack.state_dir,
+                         env={**os.environ, "TIDEMARK_STACK_ROLE": role})
+
+
+def _append(settings: Settings, topic: str) -> KafkaError | None:
+    """Append one record to ``topic``; the delivery error (None: appended)."""
+    errors: list[KafkaError | None] = []
+    producer = Producer(settings.producer_config())
+    producer.produce(settings.topic(topic), b"forged", key=b"k",
+                     on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(60)
+    assert errors, f"no delivery report for {topic} within 60 s"
+    return errors[0]
+
+
+def _count(settings: Settings, topic: str) -> int:
+    return sum(1 for _ in read_to_end(settings, topic))
+
+
+@pytest.mark.parametrize("role, allowed, refused", [
+    ("peer", ("txlog", "directory"), ("config", "queues", "deadletter")),
+    ("job", ("queues", "deadletter"), ("txlog", "config", "directory")),
+    ("replica", ("deadletter",), ("txlog", "queues", "directory")),
+])
+def test_each_role_appends_only_where_its_acls_allow(sasl_stack: LocalStack, role: str,
+                                                     allowed: tuple[str, ...],
+                                                     refused: tuple[str, ...]) -> None:
+    settings, operator = _as(sasl_stack, role), _as(sasl_stack, "operator")
+    assert settings.client["sasl.username"] == role
+    for topic in refused:
+        before = _count(operator, topic)
+        err = _append(settings, topic)
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, \
+            f"{role} appended to {topic}: {err}"
+        assert _count(operator, topic) == before, f"{topic} changed"
+    for topic in allowed:
+        assert _append(settings, topic) is None, f"{role} could not append to {topic}"
+
+
+def test_an_unknown_role_is_one_clear_error(sasl_stack: LocalStack) -> None:
+    with pytest.raises(ConfigError, match="TIDEMARK_STACK_ROLE=admin: .* no such Kafka user"):
+        _as(sasl_stack, "admin")
+
+
+def test_peers_on_the_peer_user_deliver_once(sasl_stack: LocalStack, tmp_path: Path) -> None:
+    settings = _as(sasl_stack, "peer")
+    handled: list[int] = []
+    done = threading.Event()
+    b = Peer("B", None, settings)
+
+    @b.handler
+    def on_job(msg: Job) -> None:
+        handled.append(msg.n)
+        if len(handled) == 20:
+            done.set()
+
+    b.start()
+    a = Peer("A", None, settings).start()
+    try:
+        for n in range(20):
+            a.post("B", Job(n))
+        a.flush(30)
+        assert _append(settings, "config") is not None  # refused meanwhile
+        assert done.wait(60), f"handled {len(handled)} of 20"
+    finally:
+        a.stop()
+        b.stop()
+    assert sorted(handled) == list(range(20))
