@@ -90,7 +90,8 @@ class PeerCore:
         self.outbox = Outbox(peer_id, self.incarnation, self.nonce, environment, log_port,
                              direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
-                             max_message_bytes, self.stats, self._endpoint_of)
+                             max_message_bytes, self.stats, self._endpoint_of,
+                             options.direct_batch_bytes)
         self.sender = Sender(peer_id, environment, self.incarnation, max_message_bytes,
                              inbox=self.inbox, directory=self.directory, dir_lock=self.dir_lock,
                              outbox=self.outbox, flight=self.flight,

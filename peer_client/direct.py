@@ -28,6 +28,7 @@ from tidemark.gossip.pki import Identity, PkiError
 from tidemark.gossip.tls import Transport, default_transport
 from tidemark.log.wire import HEADER_SIZE, read_long
 from tidemark.peer_client.exceptions import PeerClientError, PeerUnreachableError
+from tidemark.peer_client.options import DIRECT_RECEIVE_LIMIT
 from tidemark.peer_client.ports import DirectCallback
 from tidemark.peer_client.records import peer_codec
 
@@ -38,8 +39,8 @@ log = logging.getLogger("peer_client.direct")
 SERVICE = "tidemark.Peer"
 DELIVER = f"/{SERVICE}/Deliver"
 STATUS = f"/{SERVICE}/Status"
-_OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
-            ("grpc.max_send_message_length", 64 << 20)]
+_OPTIONS = [("grpc.max_receive_message_length", DIRECT_RECEIVE_LIMIT),
+            ("grpc.max_send_message_length", DIRECT_RECEIVE_LIMIT)]
 #: What ``Deliver``'s handler gets: the batch and the calling peer (None: insecure transport).
 DeliverHandler = Callable[[bytes, "Identity | None"], bytes]
 

@@ -8,11 +8,17 @@ from typing import Any
 from tidemark.gossip.pki import TlsFiles
 from tidemark.peer_client.flight import BLOCK, RAISE
 
-__all__ = ["PeerOptions", "LEVELS", "LOG", "QUORUM", "ALL"]
+__all__ = ["PeerOptions", "LEVELS", "LOG", "QUORUM", "ALL", "DIRECT_BATCH_BYTES_MAX",
+           "DIRECT_RECEIVE_LIMIT"]
 
 LOG, QUORUM, ALL = "log", "quorum", "all"
 #: Durability levels, weakest first (Ultra Messaging's stability levels).
 LEVELS = (LOG, QUORUM, ALL)
+#: The largest ``direct_batch_bytes``; a peer's direct server refuses a call (a batch) larger
+#: than DIRECT_RECEIVE_LIMIT: that much, one message of the largest size and the framing, so
+#: a flood of direct deliveries cannot make a recipient hold more than a call's worth.
+DIRECT_BATCH_BYTES_MAX = 8 << 20
+DIRECT_RECEIVE_LIMIT = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,9 @@ class PeerOptions:
     dead_after_ms: int = 10_000         #: a peer without heartbeat this long counts as down
     direct_timeout_ms: int = 5_000      #: deadline of one direct-delivery call
     direct_batch: int = 1_000           #: messages per direct-delivery call, at most
+    #: ... and payload bytes per call, at most (a larger single message goes alone); the
+    #: recipient refuses calls over DIRECT_RECEIVE_LIMIT
+    direct_batch_bytes: int = 4 << 20
     unreachable_backoff_ms: int = 1_000  #: no direct attempt to a peer that just failed one
     dedup_window: int = 100_000         #: message ids remembered for dedup
     #: folder of the persisted dedup stores (one LevelDB per peer id; see
@@ -60,10 +69,13 @@ class PeerOptions:
             raise ValueError(f"flight_mode must be {BLOCK!r} or {RAISE!r}")
         for name in ("workers", "inbox_limit", "flight_size", "ack_batch", "heartbeat_ms",
                      "dead_after_ms", "direct_timeout_ms", "direct_batch", "dedup_window",
-                     "hold_limit", "hold_bytes",
+                     "hold_limit", "hold_bytes", "direct_batch_bytes",
                      "dedup_max_entries", "durability_timeout_ms", "tick_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.direct_batch_bytes > DIRECT_BATCH_BYTES_MAX:
+            raise ValueError(f"direct_batch_bytes must be at most {DIRECT_BATCH_BYTES_MAX},"
+                             f" got {self.direct_batch_bytes!r}")
         if self.dedup_ttl_ms is not None and self.dedup_ttl_ms <= 0:
             raise ValueError(f"dedup_ttl_ms must be positive, got {self.dedup_ttl_ms!r}")
 

@@ -48,11 +48,12 @@ class Outbox:
                  log_port: LogPort,
                  direct: DirectPort, stability: StabilityPort | None, batch: int,
                  backoff_ms: int, max_bytes: int, stats: dict[str, int],
-                 endpoint_of: Callable[[str], str | None]) -> None:
+                 endpoint_of: Callable[[str], str | None], batch_bytes: int = 4 << 20) -> None:
         self.peer_id, self.incarnation, self.environment = peer_id, incarnation, environment
         self.nonce = nonce  # proves the incarnation is this peer's (peer_client.incarnation)
         self.log, self.direct, self.stability = log_port, direct, stability
         self.batch, self.backoff_ms, self.max_bytes = batch, backoff_ms, max_bytes
+        self.batch_bytes = batch_bytes  # payload bytes per direct call (one message at least)
         self.stats = stats
         self.endpoint_of = endpoint_of
         self.lanes: KeyedLanes[OutItem] = KeyedLanes()
@@ -119,8 +120,11 @@ class Outbox:
                 self._append(to, items[i], None)
                 i += 1
             if i < len(items):
-                j = i
+                j, size, limit = i, 0, self.batch_bytes
                 while j < len(items) and items[j].direct is not None:
+                    size += len(items[j].direct["payload"])  # type: ignore[index]
+                    if size > limit and j > i:
+                        break
                     j += 1
                 group, rest = items[i:j], items[j:]
                 result = self._deliver(to, group, rest)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import PeerScript
 from tidemark.gossip.pki import init_ca
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import ensure_topics
@@ -97,3 +98,17 @@ def private_stack(tmp_path: Path) -> Iterator[LocalStack]:
         stack.down(grace_s=5.0)  # a broker without its quorum never finishes a clean stop
         if saved is not None:
             os.environ["TIDEMARK_BOOTSTRAP"] = saved
+
+
+@pytest.fixture
+def peer_scripts(tmp_path: Path) -> Iterator[Callable[..., PeerScript]]:
+    """``start(stack, peer_id, script, *args)``: a :class:`~tests.support.PeerScript`;
+    the ones still running at the end of the test are SIGKILLed."""
+    started: list[PeerScript] = []
+
+    def start(stack: LocalStack, peer_id: str, script: str, *args: str) -> PeerScript:
+        started.append(PeerScript(stack, peer_id, script, list(args), tmp_path))
+        return started[-1]
+    yield start
+    for proc in started:
+        proc.sigkill()

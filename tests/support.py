@@ -60,6 +60,15 @@ class Job:
     n: int
 
 
+@message("tests.Blob")
+@dataclass
+class Blob:
+    """A numbered message with a payload of its own size (``data``)."""
+
+    n: int
+    data: bytes
+
+
 class PeerScript:
     """A peer run as a separate process (``python -c script state_dir peer_id *args``) that
     the test drives over stdin/stdout: ``ready <incarnation>``, ``status`` (one JSON line),

@@ -44,20 +44,6 @@ RECIPIENT_SCRIPT = textwrap.dedent("""
 
 
 @pytest.fixture
-def peer_scripts(tmp_path: Path) -> Iterator[Callable[..., PeerScript]]:
-    """``start(stack, peer_id, script, *args)``: a :class:`~tests.support.PeerScript`;
-    the ones still running at the end of the test are SIGKILLed."""
-    started: list[PeerScript] = []
-
-    def start(stack: LocalStack, peer_id: str, script: str, *args: str) -> PeerScript:
-        started.append(PeerScript(stack, peer_id, script, list(args), tmp_path))
-        return started[-1]
-    yield start
-    for proc in started:
-        proc.sigkill()
-
-
-@pytest.fixture
 def recipient(peer_scripts: Callable[..., PeerScript]) -> Callable[..., PeerScript]:
     """``start(stack, peer_id, record, block=-1, replay=None, **options)``: a run of
     :data:`RECIPIENT_SCRIPT` with these PeerOptions and ReplicaReplayer keywords."""
