@@ -141,7 +141,7 @@ def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: 
          say: Say) -> tuple[int, int]:
     """Append ``n`` Sends to ``peer`` (txlog partition ``k``) and, if ``direct``, their queue
     records; returns the queues offset where the peer's entries start and the txlog end."""
-    from tidemark.log.queue_state import progress_key, queue_key
+    from tidemark.log.queue_state import queue_key
     producer = LogProducer(settings)
     q0 = end_offsets(settings, "queues", [k])[k]
     start = end_offsets(settings, "txlog", [k])[k]
@@ -172,11 +172,18 @@ def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: 
             if i % 100_000 == 99_999:
                 say(f"fill: {i + 1:,} queue entries written")
         producer.flush(300)
-        producer.produce("queues", progress_key(k), "QueueProgress", {
-            "txlog_partition": k, "next_offset": end, "batch_id": 0,
-            "timestamp_ms": int(time.time() * 1000)}, partition=k)
-        producer.flush(60)
+        cover(producer, k, end)
     return q0, end
+
+
+def cover(producer: LogProducer, k: int, end: int) -> None:
+    """A QueueProgress saying the queues cover txlog/``k`` up to ``end``, as the queues job
+    writes once it has read that far."""
+    from tidemark.log.queue_state import progress_key
+    producer.produce("queues", progress_key(k), "QueueProgress", {
+        "txlog_partition": k, "next_offset": end, "batch_id": 0,
+        "timestamp_ms": int(time.time() * 1000)}, partition=k)
+    producer.flush(60)
 
 
 def raw_consumer(settings: Settings, group: str) -> Consumer:
@@ -329,11 +336,13 @@ def _peers_on(partition: int, partitions: int, count: int, stem: str) -> list[st
 
 def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | None,
                     switch: Callable[[bool], float], timeout_s: float, say: Say,
-                    settle_s: float, batch: int, window: int, handler: str
-                    ) -> dict[str, Any]:
+                    settle_s: float, batch: int, window: int, handler: str,
+                    direct: bool = True) -> dict[str, Any]:
     """One replay of ``n`` per peer of ``peers`` (each filled already), secure and insecure
     in turn (:func:`round_modes`), the replica nodes switched before each (``switch``) and
-    the machine let settle after the restart; the ``security_*`` fields."""
+    the machine let settle after the restart; the ``security_*`` fields. ``direct``: the
+    bench stands in for the queues job (``--fill direct``) and says the queues cover what
+    the replays before appended (their Acks)."""
     rates: dict[bool, list[float]] = {False: [], True: []}
     restarts: list[float] = []
     for peer, insecure in zip(peers, round_modes(len(peers) // 2), strict=True):
@@ -342,6 +351,9 @@ def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str
         if took:
             restarts.append(round(took, 2))
             say(f"replica nodes restarted {side} in {took:.1f} s")
+        if direct:  # the replays before appended their Acks; no queues job covers them
+            k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
+            cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
         settle(say, settle_s)
         say(f"{side} round: replaying {n:,} messages into {peer}")
         got = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
@@ -408,4 +420,5 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     if switch is None:
         return {**result, **skipped(skip_reason)}
     return {**result, **security_rounds(settings, rounds, each, state_dir, switch, timeout_s,
-                                        say, settle_s, batch, window, handler)}
+                                        say, settle_s, batch, window, handler,
+                                        fill_mode == "direct")}
