@@ -2,7 +2,9 @@
 # `make bench`: every benchmark on an empty local stack of its own, each beside its raw
 # baseline. The stack lives in its own state folder (not the demo's ./.tidemark), which is
 # removed before and after, so nothing an earlier `make demo` left running is restarted.
-# Set BENCH_ARGS="--json" to get machine-readable figures.
+# Set BENCH_ARGS="--json" to get machine-readable figures. bench send, stable and replay
+# measure mutual TLS beside --insecure in the same run (security_ratio, target >= 0.9); set
+# BENCH_SECURITY=0 to skip that comparison for a quicker run (docs/benchmarks.md says how much).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=.venv/bin/tidemark
@@ -19,19 +21,21 @@ echo "== machine: $(nproc) cores, load average $(cut -d" " -f1-3 /proc/loadavg)"
 settle() { echo "-- before this bench, machine $($T local settle --timeout 120 2>/dev/null | sed 's/^machine //')"; }
 # run TITLE BENCH ARGS...: a heading, the settle line, then `tidemark bench BENCH ARGS...`.
 run() { echo; echo "== $1"; settle; shift; $T bench "$@" ${BENCH_ARGS:-}; }
+SECURITY=""; [ "${BENCH_SECURITY:-1}" = 0 ] && SECURITY="--no-security-compare"
 run "bench produce (target ratio >= 0.8)" produce
-run "bench send (Peer.send durability log vs raw producer, target ratio >= 0.8)" send
+run "bench send (Peer.send durability log vs raw producer, target ratio >= 0.8; TLS vs --insecure, target >= 0.9)" send $SECURITY
 run "bench ingest (target >= 100k transactions/s per node)" ingest
 run "bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)" gc
 run "bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)" queues
 run "bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)" queues --backlog 1000000
 $T local up --replicas 2x2 >/dev/null
-run "bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added)" stable
+run "bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added;
+   TLS vs --insecure, the replica nodes restarted plaintext and back, target >= 0.9)" stable $SECURITY
 run "bench replay (a 1M backlog replayed into a Peer's handler vs a raw consumer of the same
    queue records; targets >= 100k msgs/s and ratio >= 0.5; replica RSS sampled). The bench
    writes the Sends and their queue records itself in the queues job's format (--fill
    direct): the job is measured by bench queues above, not here." \
-    replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}"
+    replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}" $SECURITY
 $T local up --replicas 2x2 --spark >/dev/null
 run "bench catchup (a peer down 60 s while 1,000 msgs/s go to it, restarted under the traffic;
    target time to normal <= 15 s, held back within its bound; Spark job added)" catchup

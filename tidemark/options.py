@@ -22,7 +22,7 @@ from tidemark.log.settings import Settings, load_settings
 
 __all__ = ["Parser", "EnvDefault", "env_flag", "add_settings_args", "settings_from_args",
            "add_group", "add_command", "add_rounds_args", "run_rounds_bench", "duration_ms",
-           "cluster_file", "print_json", "progress"]
+           "cluster_file", "print_json", "progress", "replica_switch"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -158,6 +158,24 @@ def print_json(obj: Any) -> None:
 def progress(msg: str) -> None:
     """A progress line on stderr."""
     print(f"tidemark: {msg}", file=sys.stderr, flush=True)
+
+
+def replica_switch(args: argparse.Namespace, exits: Any
+                   ) -> tuple[Callable[[bool], float] | None, str]:
+    """For a bench's security comparison (``--no-security-compare`` unless given): a
+    function switching the local stack's replica nodes to plaintext (True) or TLS (False),
+    entered on ``exits`` (an ``ExitStack``: the nodes are back on TLS when it closes), or
+    None and why not."""
+    if not getattr(args, "security_compare", False):
+        return None, "--no-security-compare"
+    from tidemark.log.exceptions import TidemarkError
+    from tidemark.stack.launcher import LocalStack
+    from tidemark.stack.replicas import ReplicaModes
+    try:
+        modes = exits.enter_context(ReplicaModes(LocalStack(args.state_dir)))
+    except TidemarkError as exc:
+        return None, f"cannot restart the replica nodes: {exc}"
+    return modes.set, ""
 
 
 

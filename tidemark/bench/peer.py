@@ -23,11 +23,18 @@ import time
 import uuid
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from tidemark.bench.produce import raw_produce_rate, warm_up, warm_up_report
+from tidemark.bench.security import (
+    compare_latency,
+    compare_throughput,
+    round_modes,
+    skipped,
+)
 from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.peer_client.messages import message, message_type_of
@@ -60,21 +67,29 @@ def _peer_round(peer: Peer, keys: list[str], msg: BenchPayload, tracked: bool = 
 def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int = 150,
                rounds: int = 3, recipients: int = 1000,
                progress: Callable[[str], None] = lambda m: None,
-               jit: Callable[[], float] | None = None) -> dict[str, Any]:
+               jit: Callable[[], float] | None = None,
+               compare_insecure: bool = True) -> dict[str, Any]:
     """Alternating rounds of raw producer and ``Peer.send``; rates (msg/s), medians, ratio.
 
     Runs on a topic set of its own (a unique prefix), deleted at the end. ``jit``: a probe
     of the brokers' JIT compilers for the warm-up (:func:`tidemark.bench.produce.warm_up`).
+    ``compare_insecure``: each round also runs ``Peer.post`` on a second peer made with
+    ``PeerOptions(insecure=True)``, before or after the secure one in turn; the
+    ``security_*`` fields (:mod:`tidemark.bench.security`) compare the two.
     """
     bench = settings.with_overrides(
         topic_prefix=f"{settings.topic_prefix}bench{uuid.uuid4().hex[:6]}.")
     ensure_topics(bench)
+    env = bench.environment if bench.environment != "default" else "bench"
     try:
         keys = [f"bench-peer-{i % recipients}" for i in range(messages)]
         msg = BenchPayload(os.urandom(payload_bytes))
         options = PeerOptions(flight_size=max(messages, 1), heartbeat_ms=60_000)
-        with Peer("bench-sender", bench.environment if bench.environment != "default"
-                  else "bench", bench, options) as peer:
+        with ExitStack() as peers:
+            peer = peers.enter_context(Peer("bench-sender", env, bench, options))
+            plain = (peers.enter_context(Peer("bench-sender-plain", env, bench,
+                                              replace(options, insecure=True)))
+                     if compare_insecure else None)
             sample = peer_codec().encode("Send", {
                 "message_id": f"{peer.incarnation}-{messages}", "sender": peer.peer_id,
                 "recipient": keys[0], "environment": peer.environment,
@@ -82,15 +97,27 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
                 "payload": message_type_of(msg).serializer.encode(msg),
                 "timestamp_ms": int(time.time() * 1000), "delivery_count": 0})
             raw_value, topic = os.urandom(len(sample)), bench.topic("txlog")
-            warm = warm_up({  # the brokers' JIT settles first
+            sides: dict[str, Callable[[], float]] = {
                 "raw": lambda: raw_produce_rate(bench, topic, keys, raw_value),
-                "Peer.post": lambda: _peer_round(peer, keys, msg)}, progress, jit=jit)
-            raw_rates, peer_rates, tracked_rates = [], [], []
+                "Peer.post": lambda: _peer_round(peer, keys, msg)}
+            if plain is not None:
+                sides["Peer.post insecure"] = lambda: _peer_round(plain, keys, msg)
+            warm = warm_up(sides, progress, jit=jit)  # the brokers' JIT settles first
+            raw_rates: list[float] = []
+            peer_rates: list[float] = []
+            tracked_rates: list[float] = []
+            plain_rates: list[float] = []
             for r in range(rounds):
                 raw_rates.append(raw_produce_rate(bench, topic, keys, raw_value))
                 progress(f"round {r + 1}/{rounds}: raw {raw_rates[-1]:,.0f} msg/s")
-                peer_rates.append(_peer_round(peer, keys, msg))
-                progress(f"round {r + 1}/{rounds}: Peer.post {peer_rates[-1]:,.0f} msg/s")
+                for insecure in (round_modes(1) if r % 2 == 0 else round_modes(1)[::-1]):
+                    who = plain if insecure else peer
+                    if who is None:
+                        continue
+                    rates = plain_rates if insecure else peer_rates
+                    rates.append(_peer_round(who, keys, msg))
+                    progress(f"round {r + 1}/{rounds}: Peer.post"
+                             f"{' insecure' if insecure else ''} {rates[-1]:,.0f} msg/s")
                 tracked_rates.append(_peer_round(peer, keys, msg, tracked=True))
                 progress(f"round {r + 1}/{rounds}: Peer.send_nowait"
                          f" {tracked_rates[-1]:,.0f} msg/s")
@@ -105,8 +132,9 @@ def bench_send(settings: Settings, messages: int = 200_000, payload_bytes: int =
             "raw_rounds": [round(x) for x in raw_rates],
             "peer_rounds": [round(x) for x in peer_rates],
             "tracked_rounds": [round(x) for x in tracked_rates],
-            "warm_up_rounds": warm_up_report(warm)}
-
+            "warm_up_rounds": warm_up_report(warm),
+            **(compare_throughput(peer_rates, plain_rates) if plain_rates
+               else skipped("--no-security-compare"))}
 
 
 def _timer(out: list[float], sent_at: float) -> Callable[..., None]:
@@ -199,7 +227,9 @@ def _stable_round(peer: Peer, msg: BenchPayload, rate: int, total: int,
 
 def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
                  payload_bytes: int = 150, warm_up_s: float = 10.0,
-                 progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+                 progress: Callable[[str], None] = lambda m: None,
+                 switch: Callable[[bool], float] | None = None, pairs: int = 2,
+                 skip_reason: str = "--no-security-compare") -> dict[str, Any]:
     """Send→stable latency: ``send_nowait`` at durability ``all`` at ``rate`` msgs/s for
     ``seconds``; p50/p99 of the time from the call to the stable cut covering the Send,
     beside the raw baseline (:func:`raw_ack_latency`, same rate, same cluster).
@@ -209,26 +239,58 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
     nodes that have just started (``make bench`` starts them right before this bench): on
     one stack, the first 5 s round after their start gave p99 112-160 ms and the next ones
     63-75 ms (2026-11-24, 2 s warm-up).
+    ``switch`` (the nodes to plaintext with True, back to TLS with False; returns the
+    seconds the restart took): the rounds alternate secure and insecure ``pairs`` times
+    (:func:`tidemark.bench.security.round_modes`), each on a peer of its side after its
+    own warm-up, and the ``security_*`` fields compare the two p99s; the headline figures
+    pool the secure rounds. Without it, one secure round and ``skip_reason``.
     Needs the replica nodes (``tidemark local up --replicas 2x2``) on ``settings``' topics."""
     msg = BenchPayload(os.urandom(payload_bytes))
     progress(f"raw baseline: plain producer, acks=all, {rate}/s for {seconds:g} s")
     raw = raw_ack_latency(settings, rate, seconds, payload_bytes + 60)
     total = max(1, int(rate * seconds))
-    latencies: list[float] = []
     options = PeerOptions(flight_size=max(total, int(rate * warm_up_s), 1), heartbeat_ms=60_000)
-    # the replica cluster's own environment: its nodes refuse another one's waits
-    with Peer("bench-stable", settings.environment, settings, options) as peer:
-        if warm_up_s > 0:
-            progress(f"warm-up: {rate}/s for {warm_up_s:g} s at durability all (not counted)")
-            _stable_round(peer, msg, rate, max(1, int(rate * warm_up_s)), [])
-        sent_s, drain_s, failed = _stable_round(peer, msg, rate, total, latencies)
-        progress(f"sent {total} at durability all; all stable {drain_s:.2f} s after the last")
-    p99 = _pct(latencies, 0.99)
+    latencies: dict[bool, list[float]] = {False: [], True: []}
+    round_p99: dict[bool, list[float]] = {False: [], True: []}
+    sent_s, drain_s, failed = 0.0, 0.0, 0
+    restarts: list[float] = []
+    for insecure in (round_modes(pairs) if switch is not None else [False]):
+        side = "insecure" if insecure else "secure"
+        if switch is not None:
+            took = switch(insecure)
+            if took:
+                restarts.append(round(took, 2))
+                progress(f"replica nodes restarted {side} in {took:.1f} s")
+        # the replica cluster's own environment: its nodes refuse another one's waits
+        with Peer("bench-stable" + ("-plain" if insecure else ""), settings.environment,
+                  settings, replace(options, insecure=insecure)) as peer:
+            if warm_up_s > 0:
+                progress(f"{side}: warm-up {rate}/s for {warm_up_s:g} s at durability all"
+                         " (not counted)")
+                _stable_round(peer, msg, rate, max(1, int(rate * warm_up_s)), [])
+            got: list[float] = []
+            s_s, d_s, f = _stable_round(peer, msg, rate, total, got)
+        latencies[insecure].extend(got)
+        round_p99[insecure].append(_pct(got, 0.99))
+        progress(f"{side}: sent {total} at durability all; p99 {round_p99[insecure][-1]} ms;"
+                 f" all stable {d_s:.2f} s after the last")
+        if not insecure:
+            sent_s, drain_s, failed = sent_s + s_s, max(drain_s, d_s), failed + f
+    secure = latencies[False]
+    p99 = _pct(secure, 0.99)
     # achieved_rate: how fast the sends went out (the pacing loop); drain_s: how long after
     # the last send every one of them was stable
-    return {"messages": total, "warm_up_s": warm_up_s, "target_rate": rate,
-            "achieved_rate": round(total / sent_s),
-            "drain_s": round(drain_s, 2),
-            "stable_p50_ms": _pct(latencies, 0.50), "stable_p99_ms": p99, "failed": failed,
-            "target_p99_ms": 100, "raw_ack_p50_ms": raw["p50_ms"], "raw_ack_p99_ms": raw["p99_ms"],
-            "ratio_p99": round(p99 / raw["p99_ms"], 2) if raw["p99_ms"] else None}
+    result = {"messages": total, "warm_up_s": warm_up_s, "target_rate": rate,
+              "achieved_rate": round(len(secure) / sent_s),
+              "drain_s": round(drain_s, 2),
+              "stable_p50_ms": _pct(secure, 0.50), "stable_p99_ms": p99, "failed": failed,
+              "target_p99_ms": 100, "raw_ack_p50_ms": raw["p50_ms"],
+              "raw_ack_p99_ms": raw["p99_ms"],
+              "ratio_p99": round(p99 / raw["p99_ms"], 2) if raw["p99_ms"] else None}
+    if switch is None:
+        return {**result, **skipped(skip_reason)}
+    compared = compare_latency(p99, _pct(latencies[True], 0.99), round_p99[False],
+                               round_p99[True])
+    compared["security"].update({"insecure_p50_ms": _pct(latencies[True], 0.50),
+                                 "restarts_s": restarts})
+    return {**result, **compared}

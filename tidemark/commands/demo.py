@@ -15,6 +15,7 @@ from tidemark.options import (
     cluster_file,
     print_json,
     progress,
+    replica_switch,
     settings_from_args,
 )
 
@@ -45,12 +46,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench_replay(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
+    from tidemark.bench.security import side_by_side
     from tidemark.demo.replay_bench import bench_replay
-    r: dict[str, Any] = bench_replay(settings_from_args(args), messages=args.messages,
-                                     payload_bytes=args.payload_bytes, fill_mode=args.fill,
-                                     state_dir=args.state_dir, timeout_s=args.timeout,
-                                     say=progress, batch=args.batch, window=args.window,
-                                     settle_s=args.settle, handler=args.handler)
+    with ExitStack() as exits:
+        switch, reason = replica_switch(args, exits)
+        r: dict[str, Any] = bench_replay(
+            settings_from_args(args), messages=args.messages,
+            payload_bytes=args.payload_bytes, fill_mode=args.fill, state_dir=args.state_dir,
+            timeout_s=args.timeout, say=progress, batch=args.batch, window=args.window,
+            settle_s=args.settle, handler=args.handler, switch=switch,
+            pairs=args.security_pairs, security_messages=args.security_messages,
+            skip_reason=reason)
     if args.json:
         print_json(r)
         return 0
@@ -74,6 +82,12 @@ def _bench_replay(args: argparse.Namespace) -> int:
     print(f"CPU during the replay ({cpu['window_s']} s), microseconds per message (cores): "
           + ", ".join(f"{k.replace('_', ' ')} {cpu['us_per_msg'][k]} ({cpu['cores'][k]})"
                       for k in cpu["core_s"]))
+    sec = r["security"]
+    if sec.get("compared"):
+        print(f"replay rounds of {sec['messages']:,} messages each, secure and insecure in"
+              " turn:")
+    for line in side_by_side(r, "msgs/s"):
+        print(line)
     return 0
 
 
@@ -130,6 +144,15 @@ def register(commands: argparse._SubParsersAction[Any],
                    help="seconds to wait at most, after the fill, for a quiet machine (the"
                         " replicas ingested and compacted the backlog); 0: do not wait")
     b.add_argument("--timeout", type=float, default=900.0)
+    b.add_argument("--no-security-compare", dest="security_compare", action="store_false",
+                   help="replay with mutual TLS only, not beside --insecure (no"
+                        " security_ratio, no extra backlogs, no node restarts; quicker)")
+    b.add_argument("--security-pairs", type=int, default=2, metavar="N",
+                   help="secure and insecure replay rounds alternate N times each (default"
+                        " 2); the replica nodes restart before each")
+    b.add_argument("--security-messages", type=int, default=None, metavar="N",
+                   help="the backlog of each security round (default: a quarter of"
+                        " --messages)")
 
     c = add_command(bench, "catchup", _bench_catchup,
                     "a peer down for --down s under steady traffic, restarted with the traffic"

@@ -16,6 +16,7 @@ from tidemark.options import (
     operator_transport,
     print_json,
     progress,
+    replica_switch,
     run_rounds_bench,
     settings_from_args,
 )
@@ -113,9 +114,30 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def _security_args(parser: argparse.ArgumentParser, pairs: bool = True) -> None:
+    """``--no-security-compare`` (and ``--security-pairs``) of send, stable and replay."""
+    parser.add_argument("--no-security-compare", dest="security_compare",
+                        action="store_false",
+                        help="measure the secure side (mutual TLS) only, not beside --insecure"
+                             " (no security_ratio; quicker)")
+    if pairs:
+        parser.add_argument("--security-pairs", type=int, default=2, metavar="N",
+                            help="secure and insecure rounds alternate N times each"
+                                 " (default 2)")
+
+
+def _print_security(result: dict[str, Any], unit: str) -> None:
+    from tidemark.bench.security import side_by_side
+    for line in side_by_side(result, unit):
+        print(line)
+
+
 def _bench_send(args: argparse.Namespace) -> int:
+    from functools import partial
+
     from tidemark.bench.peer import bench_send
-    result = run_rounds_bench(args, bench_send)
+    result = run_rounds_bench(args, partial(bench_send,
+                                            compare_insecure=args.security_compare))
     if args.json:
         print_json(result)
         return 0
@@ -127,13 +149,19 @@ def _bench_send(args: argparse.Namespace) -> int:
               f"  ratio {result['tracked_ratio']:.3f}")
     verdict = "meets" if result["ratio"] >= result["target_ratio"] else "BELOW"
     print(f"({verdict} target >= {result['target_ratio']}; median of {result['rounds']} rounds)")
+    _print_security(result, "msgs/s")
     return 0
 
 
 def _bench_stable(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
     from tidemark.bench.peer import bench_stable
-    result = bench_stable(settings_from_args(args), rate=args.rate, seconds=args.seconds,
-                          progress=progress)
+    with ExitStack() as stack:
+        switch, reason = replica_switch(args, stack)
+        result = bench_stable(settings_from_args(args), rate=args.rate, seconds=args.seconds,
+                              warm_up_s=args.warm_up, progress=progress, switch=switch,
+                              pairs=args.security_pairs, skip_reason=reason)
     if args.json:
         print_json(result)
         return 0
@@ -146,6 +174,7 @@ def _bench_stable(args: argparse.Namespace) -> int:
     print(f"raw producer acks=all, same rate     : p50 {result['raw_ack_p50_ms']} ms,"
           f" p99 {result['raw_ack_p99_ms']} ms (Kafka alone; stable p99 / raw p99 ="
           f" {result['ratio_p99']})")
+    _print_security(result, "ms p99")
     return 0
 
 
@@ -179,8 +208,12 @@ def register(commands: argparse._SubParsersAction[Any],
     send = add_command(bench, "send", _bench_send,
                        "Peer.send (durability log) vs raw confluent-kafka")
     add_rounds_args(send)
+    _security_args(send, pairs=False)
 
     stable = add_command(bench, "stable", _bench_stable,
                          "send->stable latency at durability all (needs the replica nodes)")
     stable.add_argument("--rate", type=int, default=10_000)
     stable.add_argument("--seconds", type=float, default=5.0)
+    stable.add_argument("--warm-up", type=float, default=10.0, metavar="SECONDS",
+                        help="uncounted seconds at the same rate before each round")
+    _security_args(stable)

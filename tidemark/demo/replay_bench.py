@@ -38,13 +38,21 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from tidemark.bench.security import compare_throughput, round_modes, skipped
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.log.exceptions import TidemarkError
 from tidemark.log.offsets import end_offsets, watermarks
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
-from tidemark.peer_client import BatchContext, MessageContext, Peer, message, message_type_of
+from tidemark.peer_client import (
+    BatchContext,
+    MessageContext,
+    Peer,
+    PeerOptions,
+    message,
+    message_type_of,
+)
 from tidemark.stack.cpu_account import CpuAccount
 
 __all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO", "HANDLERS",
@@ -133,7 +141,7 @@ def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: 
          say: Say) -> tuple[int, int]:
     """Append ``n`` Sends to ``peer`` (txlog partition ``k``) and, if ``direct``, their queue
     records; returns the queues offset where the peer's entries start and the txlog end."""
-    from tidemark.log.queue_state import progress_key, queue_key
+    from tidemark.log.queue_state import queue_key
     producer = LogProducer(settings)
     q0 = end_offsets(settings, "queues", [k])[k]
     start = end_offsets(settings, "txlog", [k])[k]
@@ -164,11 +172,18 @@ def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: 
             if i % 100_000 == 99_999:
                 say(f"fill: {i + 1:,} queue entries written")
         producer.flush(300)
-        producer.produce("queues", progress_key(k), "QueueProgress", {
-            "txlog_partition": k, "next_offset": end, "batch_id": 0,
-            "timestamp_ms": int(time.time() * 1000)}, partition=k)
-        producer.flush(60)
+        cover(producer, k, end)
     return q0, end
+
+
+def cover(producer: LogProducer, k: int, end: int) -> None:
+    """A QueueProgress saying the queues cover txlog/``k`` up to ``end``, as the queues job
+    writes once it has read that far."""
+    from tidemark.log.queue_state import progress_key
+    producer.produce("queues", progress_key(k), "QueueProgress", {
+        "txlog_partition": k, "next_offset": end, "batch_id": 0,
+        "timestamp_ms": int(time.time() * 1000)}, partition=k)
+    producer.flush(60)
 
 
 def raw_consumer(settings: Settings, group: str) -> Consumer:
@@ -233,18 +248,20 @@ class _Counter:
 
 def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], timeout_s: float,
                 say: Say, batch: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW,
-                brokers: dict[str, int] | None = None, handler: str = "batch"
-                ) -> dict[str, Any]:
+                brokers: dict[str, int] | None = None, handler: str = "batch",
+                insecure: bool = False) -> dict[str, Any]:
     """Start a real Peer with replay on start; its handler counts the replayed messages.
     The CPU each process used meanwhile is accounted (``cpu``): this process (the peer),
-    the replica that served the replay, the other replicas, the brokers."""
+    the replica that served the replay, the other replicas, the brokers. ``insecure``: the
+    peer is made with ``PeerOptions(insecure=True)`` (nodes serving plaintext)."""
     from tidemark.peer_client.replay import ReplicaReplayer
     counter = _Counter()
     # covered=False: the bench measures the replicas' replay of the whole backlog (its
     # queue records are written before, so nothing would be left for the handover anyway)
     replayer = ReplicaReplayer(settings, barrier_timeout_ms=int(timeout_s * 1000),
                                batch=batch, window=window, covered=False)
-    p = Peer(peer, None, settings, replayer=replayer)
+    p = Peer(peer, None, settings, PeerOptions(insecure=True) if insecure else None,
+             replayer=replayer)
     if handler == "batch":
         p.batch_handler(BenchItem)(counter.handle_batch)
     else:
@@ -306,12 +323,60 @@ def settle(say: Say, timeout_s: float) -> dict[str, Any]:
     return {"settle_s": round(got.waited_s, 1), "settled": got.quiet}
 
 
+def _peers_on(partition: int, partitions: int, count: int, stem: str) -> list[str]:
+    """``count`` new peer ids whose txlog partition is ``partition``: the security rounds
+    replay from the same replica nodes as the headline replay."""
+    out: list[str] = []
+    while len(out) < count:
+        peer = f"{stem}-{secrets.token_hex(3)}"
+        if partition_for_peer(peer, partitions) == partition:
+            out.append(peer)
+    return out
+
+
+def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | None,
+                    switch: Callable[[bool], float], timeout_s: float, say: Say,
+                    settle_s: float, batch: int, window: int, handler: str,
+                    direct: bool = True) -> dict[str, Any]:
+    """One replay of ``n`` per peer of ``peers`` (each filled already), secure and insecure
+    in turn (:func:`round_modes`), the replica nodes switched before each (``switch``) and
+    the machine let settle after the restart; the ``security_*`` fields. ``direct``: the
+    bench stands in for the queues job (``--fill direct``) and says the queues cover what
+    the replays before appended (their Acks)."""
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    restarts: list[float] = []
+    for peer, insecure in zip(peers, round_modes(len(peers) // 2), strict=True):
+        side = "insecure" if insecure else "secure"
+        took = switch(insecure)
+        if took:
+            restarts.append(round(took, 2))
+            say(f"replica nodes restarted {side} in {took:.1f} s")
+        if direct:  # the replays before appended their Acks; no queues job covers them
+            k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
+            cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
+        settle(say, settle_s)
+        say(f"{side} round: replaying {n:,} messages into {peer}")
+        got = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
+                          batch, window, _stack_pids(state_dir, "broker"), handler, insecure)
+        rates[insecure].append(got["peer_msgs_per_s"])
+        say(f"{side} round: {got['peer_msgs_per_s']:,} msgs/s")
+    out = compare_throughput(rates[False], rates[True])
+    out["security"].update({"messages": n, "restarts_s": restarts})
+    return out
+
+
 def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: int = 150,
                  fill_mode: str = "direct", state_dir: str | None = None,
                  timeout_s: float = 900.0, say: Say = print, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW, settle_s: float = 300.0,
-                 handler: str = "batch") -> dict[str, Any]:
-    """The whole bench; returns the figures (see the module doc)."""
+                 handler: str = "batch", switch: Callable[[bool], float] | None = None,
+                 pairs: int = 2, security_messages: int | None = None,
+                 skip_reason: str = "--no-security-compare") -> dict[str, Any]:
+    """The whole bench; returns the figures (see the module doc). ``switch`` (the replica
+    nodes to plaintext with True, to TLS with False): after the headline replay, ``pairs``
+    secure and insecure rounds in turn, each replaying a backlog of its own of
+    ``security_messages`` (default a quarter of ``messages``) filled with the headline's,
+    on the same partition; the ``security_*`` fields compare them."""
     from tidemark.gossip.cluster_config import ConfigLog
     config = ConfigLog(settings)
     try:
@@ -321,13 +386,19 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     finally:
         config.close()
     peer = f"bench-replay-{secrets.token_hex(3)}"
-    k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
+    partitions = len(watermarks(settings, "txlog"))
+    k = partition_for_peer(peer, partitions)
     payload = message_type_of(BenchItem).serializer.encode(BenchItem(b"x" * payload_bytes))
     say(f"fill ({fill_mode}): {messages:,} messages to {peer} (txlog/{k}),"
         f" {len(payload)}-byte payloads")
     t0 = time.perf_counter()
     q0, _ = fill(settings, peer, k, messages, payload, fill_mode == "direct", say)
     fill_s = time.perf_counter() - t0
+    each = max(1, security_messages or messages // 4)
+    rounds = _peers_on(k, partitions, 2 * max(1, pairs), peer) if switch is not None else []
+    for other in rounds:
+        say(f"fill ({fill_mode}): {each:,} messages to {other} for a security round")
+        fill(settings, other, k, each, payload, fill_mode == "direct", say)
     say(f"fill done in {fill_s:.1f}s; waiting until the replicas have stored it")
     settled = settle(say, settle_s)
     result: dict[str, Any] = {"messages": messages, "payload_bytes": len(payload),
@@ -346,4 +417,8 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     raw = result["raw_msgs_per_s"]
     result["ratio"] = round(result["peer_msgs_per_s"] / raw, 3) if raw else None
     result["target_msgs_per_s"], result["target_ratio"] = TARGET_RATE, TARGET_RATIO
-    return result
+    if switch is None:
+        return {**result, **skipped(skip_reason)}
+    return {**result, **security_rounds(settings, rounds, each, state_dir, switch, timeout_s,
+                                        say, settle_s, batch, window, handler,
+                                        fill_mode == "direct")}

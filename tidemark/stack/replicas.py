@@ -11,17 +11,19 @@ from __future__ import annotations
 import re
 import secrets
 import sys
+import time
 from pathlib import Path
 
 from tidemark.gossip.peer_auth import LOCAL_CLUSTER_FILE, issue_token
-from tidemark.gossip.pki import write_private
+from tidemark.gossip.pki import Identity, write_private
+from tidemark.log import registry
 from tidemark.replica.config import NodeSpec, PartitionSpec, load_cluster_file, render_cluster_file
 from tidemark.replica.exceptions import ClusterConfigError
 from tidemark.stack.launcher import LocalStack, ProcessSpec
-from tidemark.stack.processes import free_ports
+from tidemark.stack.processes import free_ports, terminate
 
 __all__ = ["plan", "parse_layout", "write_cluster_file", "CONFIG_NAME", "peer_token",
-           "peer_env"]
+           "peer_env", "ReplicaModes", "insecure_env", "serve_tls"]
 
 CONFIG_NAME = LOCAL_CLUSTER_FILE
 
@@ -89,3 +91,79 @@ def peer_env(stack: LocalStack, peer: str, environment: str) -> dict[str, str]:
     """The environment variables a peer process of ``stack`` needs to replay as ``peer``."""
     return {"TIDEMARK_PEER_TOKEN": peer_token(stack.state_dir / CONFIG_NAME, peer,
                                               environment)}
+
+
+def insecure_env(env: dict[str, str], insecure: bool) -> dict[str, str]:
+    """A replica process's extra variables ``env`` with ``TIDEMARK_INSECURE=1`` (``insecure``)
+    or without it (its own TLS material again), the rest unchanged (pure)."""
+    name = registry.setting("insecure").env
+    out = {k: v for k, v in env.items() if k != name}
+    if insecure:
+        out[name] = "1"
+    return out
+
+
+def serve_tls(stack: LocalStack, timeout: float = 5.0) -> dict[str, bool]:
+    """Per replica node of ``stack``: whether a mutual-TLS client (an operator certificate
+    from the stack's CA or the process's TLS settings) can call its ``Status``."""
+    import grpc
+
+    from tidemark.gossip.service import ReplicaClient
+    from tidemark.gossip.tls import resolve_transport
+    client = ReplicaClient(transport=resolve_transport(Identity("operator", "bench"),
+                                                       insecure=False,
+                                                       state_dir=stack.state_dir))
+    out = {}
+    try:
+        for spec in stack.processes("replica"):
+            try:
+                client.call(spec.address, "Status", b"", timeout=timeout)
+                out[spec.name] = True
+            except grpc.RpcError:
+                out[spec.name] = False
+    finally:
+        client.close()
+    return out
+
+
+class ReplicaModes:
+    """Switches every replica node of a local stack between mutual TLS (their default) and
+    plaintext (``TIDEMARK_INSECURE=1``): stops them all (SIGTERM) and starts them again with
+    the same stores, ports and command lines, recorded in ``state.json`` as they now run.
+    All at once, because a TLS node and a plaintext one cannot gossip. Used as a context
+    manager, the nodes are back on TLS at the end, whatever happened."""
+
+    def __init__(self, stack: LocalStack, timeout_s: float = 120.0) -> None:
+        if not stack.processes("replica"):
+            raise ClusterConfigError(f"no replica node recorded in {stack.state_dir}")
+        if registry.env_value("insecure"):
+            raise ClusterConfigError("TIDEMARK_INSECURE is set in this process: its nodes"
+                                     " and peers could not be measured with TLS")
+        self.stack, self.timeout_s = stack, timeout_s
+        self.insecure = any(registry.setting("insecure").env in s.env
+                            for s in stack.processes("replica"))
+        self.restarts_s: list[float] = []
+
+    def set(self, insecure: bool) -> float:
+        """Nodes serving plaintext (``insecure``) or TLS; restarts them only if they serve
+        the other way now. Returns the seconds it took (0 when nothing changed)."""
+        if insecure == self.insecure:
+            return 0.0
+        t0 = time.monotonic()
+        specs = self.stack.processes("replica")
+        terminate([s.pid for s in specs if s.pid], self.stack.marker)
+        for spec in specs:
+            spec.env, spec.pid = insecure_env(spec.env, insecure), None
+            self.stack.ensure(spec, self.timeout_s, wait=False)
+        deadline = time.monotonic() + self.timeout_s
+        for spec in self.stack.processes("replica"):
+            self.stack.wait_ready(spec, deadline)
+        self.insecure = insecure
+        self.restarts_s.append(round(time.monotonic() - t0, 2))
+        return self.restarts_s[-1]
+
+    def __enter__(self) -> "ReplicaModes":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.set(False)
