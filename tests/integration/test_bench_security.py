@@ -18,7 +18,7 @@ from tests.replicas import replica_stack
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import serve_tls
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.load]
 
 
 @pytest.fixture(scope="module")
