@@ -170,6 +170,9 @@ SETTINGS: tuple[Setting, ...] = (
             " its own identity (development and tests; default: the local stack's <state>/pki)"),
     Setting("insecure", "TIDEMARK_INSECURE", "bool", False,
             "development only: plaintext gRPC, no caller identity (a warning at every start)"),
+    Setting("peer_bind", "TIDEMARK_PEER_BIND", "str", "",
+            "host:port a peer's direct-delivery server binds when PeerOptions.bind is left"
+            " at its default (127.0.0.1:0); on a host of its own: its address, port 0"),
     Setting("peer_token", "TIDEMARK_PEER_TOKEN", "str", "",
             "a peer's credential for replay and pins (`tidemark peer token PEER`)"),
     Setting("peer_token_file", "TIDEMARK_PEER_TOKEN_FILE", "path", None,

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from tidemark.gossip.pki import Identity
 from tidemark.gossip.tls import Transport, resolve_transport
+from tidemark.log.registry import env_value
 from tidemark.log.settings import Settings
 from tidemark.peer_client.core import PeerCore, now_ms
 from tidemark.peer_client.direct import DirectClient, DirectServer
@@ -168,7 +169,10 @@ class KafkaWiring:
     def serve(self, status: Callable[[], dict[str, Any]]) -> str:
         """Serve gRPC on ``options.bind``; ``options.advertise`` or the bound address."""
         core = self._bound()
-        self._server = DirectServer(self.options.bind, core.receive_bytes, status=status,
+        bind = self.options.bind
+        if bind == PeerOptions.bind:  # left at its default: the host's setting, if any
+            bind = env_value("peer_bind") or bind
+        self._server = DirectServer(bind, core.receive_bytes, status=status,
                                     environment=core.environment, transport=self.transport)
         return self.options.advertise or self._server.endpoint
 

@@ -38,6 +38,7 @@ from tidemark.log.settings import Settings, default_state_dir, load_settings
 from tidemark.log.topics import ensure_topics
 from tidemark.spark_streaming.supervisor import STATUS_NAME, read_status
 from tidemark.stack.acls import ROLES, SUPER_ROLES, grant_roles
+from tidemark.stack.hosts import Hosts
 from tidemark.stack.processes import (
     free_ports,
     is_alive,
@@ -80,12 +81,18 @@ class ProcessSpec:
     ready_port: int | None = None
     ready_file: str | None = None  # a process without a port creates it once it serves
     pid: int | None = None
+    host: str = ""  # the host (network namespace) it runs on; "": the machine itself
 
 
 class LocalStack:
     """Start, inspect and stop the local stack kept in ``state_dir``."""
 
-    def __init__(self, state_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None,
+                 hosts: Hosts | None = None) -> None:
+        """``hosts``: run each broker, replica node and the job on a host of its own (a
+        network namespace of :class:`~tidemark.stack.hosts.Hosts`), reached over its
+        bridge; None: everything on loopback."""
+        self.hosts = hosts
         self.state_dir = Path(state_dir).resolve() if state_dir else default_state_dir()
         self.state_file = self.state_dir / "state.json"
         self.state: dict[str, Any] = self._load()
@@ -122,6 +129,17 @@ class LocalStack:
         """Whether the recorded pid of ``spec`` still runs."""
         return is_alive(spec.pid, self.marker)
 
+    def _host(self, name: str) -> str:
+        """The host ``name`` (made now if new) when the stack runs on hosts, else ""."""
+        if self.hosts is None:
+            return ""
+        self.hosts.add(name)
+        return name
+
+    def host_address(self, host: str) -> str:
+        """The address of ``host`` ("" or no hosts: 127.0.0.1)."""
+        return self.hosts[host].address if host and self.hosts else "127.0.0.1"
+
     def settings(self) -> Settings:
         """Settings pointing at this stack's cluster."""
         role = registry.setting("stack_role").env
@@ -139,7 +157,8 @@ class LocalStack:
                **spec.env}
         if spec.ready_file:
             Path(spec.ready_file).unlink(missing_ok=True)  # from an earlier run
-        spec.pid = start_detached(spec.argv, self.state_dir / "logs" / f"{spec.name}.log", env)
+        argv = self.hosts[spec.host].argv(spec.argv) if spec.host and self.hosts else spec.argv
+        spec.pid = start_detached(argv, self.state_dir / "logs" / f"{spec.name}.log", env)
         self.state["processes"][spec.name] = asdict(spec)
         self._save()
         if wait:
@@ -158,7 +177,8 @@ class LocalStack:
     def wait_ready(self, spec: ProcessSpec, deadline: float) -> None:
         """Wait until ``spec`` serves on its ready port, or has created its ready file."""
         logfile = self.state_dir / "logs" / (spec.name + ".log")
-        if spec.ready_port and not wait_port(spec.ready_port, deadline, spec.pid):
+        if spec.ready_port and not wait_port(spec.ready_port, deadline, spec.pid,
+                                             self.host_address(spec.host)):
             raise ClusterLaunchError(
                 f"{spec.name} did not start serving on port {spec.ready_port}; see {logfile}")
         if spec.ready_file and not wait_file(Path(spec.ready_file), deadline, spec.pid):
@@ -220,7 +240,8 @@ class LocalStack:
             scram += [f"--add-scram={SCRAM_MECHANISM}=[name={role},password="
                       f"{c['sasl.password']}]" for role, c in roles.items()]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(count))
+        ips = [self.host_address(self._host(f"broker-{i + 1}")) for i in range(count)]
+        voters = ",".join(f"{i + 1}@{ips[i]}:{ports[2 * i + 1]}" for i in range(count))
         jars = jvm.ensure_jars("kafka")
         java = jvm.java_binary()
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
@@ -231,7 +252,7 @@ class LocalStack:
             folder.mkdir(parents=True, exist_ok=True)
             props = folder / "server.properties"
             props.write_text(_server_properties(node, port, cport, voters, folder, count,
-                                                broker_user))
+                                                broker_user, ips[i]))
             base = [java, "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                     "-Djava.awt.headless=true",
                     f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
@@ -241,7 +262,8 @@ class LocalStack:
                 "-c", str(props), "--ignore-formatted"] + scram))
             specs.append(ProcessSpec(name=f"broker-{node}", kind="broker",
                                      argv=base + ["kafka.Kafka", str(props)],
-                                     address=f"127.0.0.1:{port}", ready_port=port))
+                                     address=f"{ips[i]}:{port}", ready_port=port,
+                                     host=self._host(f"broker-{node}")))
         _run_all(formats)
         self.state["cluster_id"] = cluster_id
         self.state["bootstrap"] = ",".join(s.address for s in specs)
@@ -347,18 +369,19 @@ class LocalStack:
         return int(status.get("restarts", 0)) if status.get("pid") == spec.pid else 0
 
 
-def _listener_lines(port: int, cport: int, broker_user: tuple[str, str] | None) -> list[str]:
-    """Listener settings: PLAINTEXT, or (``broker_user`` given) SASL_PLAINTEXT SCRAM for
-    clients and brokers alike; the controller listener stays PLAINTEXT on loopback."""
+def _listener_lines(port: int, cport: int, broker_user: tuple[str, str] | None,
+                    ip: str = "127.0.0.1") -> list[str]:
+    """Listener settings on ``ip``: PLAINTEXT, or (``broker_user`` given) SASL_PLAINTEXT
+    SCRAM for clients and brokers alike; the controller listener stays PLAINTEXT."""
     if broker_user is None:
-        return [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        return [f"listeners=PLAINTEXT://{ip}:{port},CONTROLLER://{ip}:{cport}",
+                f"advertised.listeners=PLAINTEXT://{ip}:{port}",
                 "controller.listener.names=CONTROLLER", "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
     user, password = broker_user
     prefix = f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}"
-    return [f"listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            f"advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{port}",
+    return [f"listeners=SASL_PLAINTEXT://{ip}:{port},CONTROLLER://{ip}:{cport}",
+            f"advertised.listeners=SASL_PLAINTEXT://{ip}:{port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=SASL_PLAINTEXT",
             "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -369,7 +392,8 @@ def _listener_lines(port: int, cport: int, broker_user: tuple[str, str] | None) 
 
 
 def _server_properties(node: int, port: int, cport: int, voters: str, folder: Path,
-                       count: int, broker_user: tuple[str, str] | None = None) -> str:
+                       count: int, broker_user: tuple[str, str] | None = None,
+                       ip: str = "127.0.0.1") -> str:
     rf = min(3, count)
     # with SASL, Kafka's StandardAuthorizer: the brokers (and the controllers, which talk
     # on the loopback-only PLAINTEXT controller listener, as ANONYMOUS) and the operator
@@ -382,7 +406,7 @@ def _server_properties(node: int, port: int, cport: int, voters: str, folder: Pa
     return "\n".join([*authz,
         "process.roles=broker,controller", f"node.id={node}",
         f"controller.quorum.voters={voters}",
-        *_listener_lines(port, cport, broker_user),
+        *_listener_lines(port, cport, broker_user, ip),
         f"log.dirs={folder / 'data'}", "num.partitions=1",
         f"default.replication.factor={rf}", f"min.insync.replicas={min(2, rf)}",
         f"offsets.topic.replication.factor={rf}", "offsets.topic.num.partitions=3",

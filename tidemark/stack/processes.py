@@ -207,10 +207,11 @@ def wait_file(path: Path, deadline: float, pid: int | None = None) -> bool:
     return _wait_for(path.exists, deadline, pid)
 
 
-def wait_port(port: int, deadline: float, pid: int | None = None) -> bool:
-    """Wait until 127.0.0.1:port accepts a connection; False on timeout or if ``pid`` died."""
+def wait_port(port: int, deadline: float, pid: int | None = None,
+              host: str = "127.0.0.1") -> bool:
+    """Wait until host:port accepts a connection; False on timeout or if ``pid`` died."""
     def accepts() -> bool:
         with socket.socket() as s:
             s.settimeout(0.5)
-            return s.connect_ex(("127.0.0.1", port)) == 0
+            return s.connect_ex((host, port)) == 0
     return _wait_for(accepts, deadline, pid)

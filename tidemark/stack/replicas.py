@@ -12,6 +12,7 @@ import re
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tidemark.gossip.peer_auth import LOCAL_CLUSTER_FILE, issue_token
@@ -37,16 +38,19 @@ def parse_layout(layout: str) -> tuple[int, int]:
 
 
 def write_cluster_file(path: Path, kafka: dict, layout: str, log_partitions: int,
-                       gossip_interval_ms: int = 500, extra: str = "") -> Path:
-    """Write a cluster TOML for ``layout`` with free loopback ports and a random cluster
-    secret (gossip, status and backfill calls are signed with it)."""
+                       gossip_interval_ms: int = 500, extra: str = "",
+                       address_of: Callable[[str], str] = lambda node: "127.0.0.1") -> Path:
+    """Write a cluster TOML for ``layout`` with free ports (each node on ``address_of(id)``,
+    loopback by default) and a random cluster secret (gossip, status and backfill calls are
+    signed with it)."""
     n_parts, n_reps = parse_layout(layout)
     if n_parts > log_partitions:
         raise ClusterConfigError(f"{n_parts} replica partitions need at least as many log "
                                  f"partitions (have {log_partitions})")
     ids = [f"p{i}r{j}" for i in range(n_parts) for j in range(n_reps)]
     ports = free_ports(2 * len(ids))
-    nodes = [NodeSpec(n, f"127.0.0.1:{ports[2 * i]}", ports[2 * i + 1]) for i, n in enumerate(ids)]
+    nodes = [NodeSpec(n, f"{address_of(n)}:{ports[2 * i]}", ports[2 * i + 1])
+             for i, n in enumerate(ids)]
     parts = [PartitionSpec(f"p{i}", tuple(k for k in range(log_partitions) if k % n_parts == i),
                            tuple(f"p{i}r{j}" for j in range(n_reps))) for i in range(n_parts)]
     write_private(path, render_cluster_file(kafka, "replicas", parts, nodes, gossip_interval_ms,
@@ -60,7 +64,8 @@ def plan(stack: LocalStack, layout: str) -> list[ProcessSpec]:
     if not path.exists():
         s = stack.settings()
         write_cluster_file(path, {"bootstrap": s.bootstrap, "topic_prefix": s.topic_prefix,
-                                  "partitions": s.partitions}, layout, s.partitions)
+                                  "partitions": s.partitions}, layout, s.partitions,
+                           address_of=lambda node: stack.host_address(stack._host(node)))
     cf = load_cluster_file(path)
     wanted = {f"p{i}r{j}" for i in range(parse_layout(layout)[0])
               for j in range(parse_layout(layout)[1])}
@@ -71,7 +76,8 @@ def plan(stack: LocalStack, layout: str) -> list[ProcessSpec]:
     return [ProcessSpec(name=n.node_id, kind="replica",
                         argv=[sys.executable, "-m", "tidemark", "replica", "run",
                               "--config", str(path), "--node", n.node_id],
-                        address=n.address, ready_port=int(n.address.rsplit(":", 1)[1]))
+                        address=n.address, ready_port=int(n.address.rsplit(":", 1)[1]),
+                        host=stack._host(n.node_id))
             for n in cf.nodes.values()]
 
 
