@@ -17,6 +17,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,8 +107,9 @@ def peer_scripts(tmp_path: Path) -> Iterator[Callable[..., PeerScript]]:
     the ones still running at the end of the test are SIGKILLed."""
     started: list[PeerScript] = []
 
-    def start(stack: LocalStack, peer_id: str, script: str, *args: str) -> PeerScript:
-        started.append(PeerScript(stack, peer_id, script, list(args), tmp_path))
+    def start(stack: LocalStack, peer_id: str, script: str, *args: str,
+              host: Any = None) -> PeerScript:
+        started.append(PeerScript(stack, peer_id, script, list(args), tmp_path, host))
         return started[-1]
     yield start
     for proc in started:

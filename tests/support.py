@@ -77,7 +77,9 @@ class PeerScript:
     never holds the secret)."""
 
     def __init__(self, stack: Any, peer_id: str, script: str, args: list[str],
-                 tmp: Path) -> None:
+                 tmp: Path, host: Any = None) -> None:
+        """``host``: a :class:`~tidemark.stack.hosts.Host` to run on (its direct server
+        binds the host's address), None: this machine."""
         from tidemark.gossip.peer_auth import issue_token
         from tidemark.replica.config import load_cluster_file
         from tidemark.stack.replicas import CONFIG_NAME
@@ -87,7 +89,11 @@ class PeerScript:
         if secret:
             env["TIDEMARK_PEER_TOKEN"] = issue_token(secret, stack.settings().environment,
                                                      peer_id)
-        self.child = Child([sys.executable, "-c", script, str(stack.state_dir), peer_id, *args],
+        argv = [sys.executable, "-c", script, str(stack.state_dir), peer_id, *args]
+        if host is not None:
+            argv = host.argv(argv)
+            env["TIDEMARK_PEER_BIND"] = f"{host.address}:0"
+        self.child = Child(argv,
                            tmp / f"{peer_id}-{os.getpid()}-{id(self)}.err", env=env, cwd=ROOT,
                            talk=True)
         self._lines: queue.Queue[str] | None = None

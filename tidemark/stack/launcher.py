@@ -129,7 +129,7 @@ class LocalStack:
         """Whether the recorded pid of ``spec`` still runs."""
         return is_alive(spec.pid, self.marker)
 
-    def _host(self, name: str) -> str:
+    def place(self, name: str) -> str:
         """The host ``name`` (made now if new) when the stack runs on hosts, else ""."""
         if self.hosts is None:
             return ""
@@ -240,7 +240,7 @@ class LocalStack:
             scram += [f"--add-scram={SCRAM_MECHANISM}=[name={role},password="
                       f"{c['sasl.password']}]" for role, c in roles.items()]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        ips = [self.host_address(self._host(f"broker-{i + 1}")) for i in range(count)]
+        ips = [self.host_address(self.place(f"broker-{i + 1}")) for i in range(count)]
         voters = ",".join(f"{i + 1}@{ips[i]}:{ports[2 * i + 1]}" for i in range(count))
         jars = jvm.ensure_jars("kafka")
         java = jvm.java_binary()
@@ -263,7 +263,7 @@ class LocalStack:
             specs.append(ProcessSpec(name=f"broker-{node}", kind="broker",
                                      argv=base + ["kafka.Kafka", str(props)],
                                      address=f"{ips[i]}:{port}", ready_port=port,
-                                     host=self._host(f"broker-{node}")))
+                                     host=self.place(f"broker-{node}")))
         _run_all(formats)
         self.state["cluster_id"] = cluster_id
         self.state["bootstrap"] = ",".join(s.address for s in specs)

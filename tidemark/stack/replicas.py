@@ -65,7 +65,7 @@ def plan(stack: LocalStack, layout: str) -> list[ProcessSpec]:
         s = stack.settings()
         write_cluster_file(path, {"bootstrap": s.bootstrap, "topic_prefix": s.topic_prefix,
                                   "partitions": s.partitions}, layout, s.partitions,
-                           address_of=lambda node: stack.host_address(stack._host(node)))
+                           address_of=lambda node: stack.host_address(stack.place(node)))
     cf = load_cluster_file(path)
     wanted = {f"p{i}r{j}" for i in range(parse_layout(layout)[0])
               for j in range(parse_layout(layout)[1])}
@@ -77,7 +77,7 @@ def plan(stack: LocalStack, layout: str) -> list[ProcessSpec]:
                         argv=[sys.executable, "-m", "tidemark", "replica", "run",
                               "--config", str(path), "--node", n.node_id],
                         address=n.address, ready_port=int(n.address.rsplit(":", 1)[1]),
-                        host=stack._host(n.node_id))
+                        host=stack.place(n.node_id))
             for n in cf.nodes.values()]
 
 
