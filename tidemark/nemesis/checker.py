@@ -14,7 +14,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, combinations
+from itertools import accumulate, combinations, islice
 from typing import Any
 
 from tidemark.nemesis.history import History, PartitionSample, Range, Sample, SendAck, normalise
@@ -55,6 +55,7 @@ class Report:
 
     verdicts: list[Verdict]
     seed: int | None = None
+    bounds: Bounds = field(default_factory=Bounds)
 
     @property
     def ok(self) -> bool:
@@ -74,8 +75,9 @@ class Report:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form: ``ok``, ``failed``, ``seed`` and each verdict by name."""
+        """JSON-able form: ``ok``, ``failed``, ``seed``, ``bounds`` and each verdict by name."""
         return {"ok": self.ok, "failed": self.failed, "seed": self.seed,
+                "bounds": {"converge_s": self.bounds.converge_s},
                 "verdicts": {v.name: v.to_dict() for v in self.verdicts}}
 
     def to_json(self) -> str:
@@ -217,8 +219,8 @@ def check_cut(h: History) -> Verdict:
         for w in owners:
             times, ss = nodes.get(w, ([], []))
             i = bisect_left(times, s.t_ms)
-            witness = next(((x.t_ms, x.partitions[p]) for x in ss[i:] if p in x.partitions),
-                           None)
+            witness = next(((x.t_ms, x.partitions[p]) for x in islice(ss, i, None)
+                            if p in x.partitions), None)
             if witness is None:
                 unknown += 1
                 continue
@@ -330,4 +332,4 @@ CHECKS: dict[str, Callable[[History, Bounds], Verdict]] = {
 def check(history: History, bounds: Bounds | None = None) -> Report:
     """Run every check over ``history``."""
     b = bounds or Bounds()
-    return Report([fn(history, b) for fn in CHECKS.values()], history.seed)
+    return Report([fn(history, b) for fn in CHECKS.values()], history.seed, b)
