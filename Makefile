@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 STATE  ?= $(CURDIR)/.tidemark
 PYTEST_ARGS ?=
 
-.PHONY: install jars test lint demo soak load bench clean down
+.PHONY: install jars test lint demo soak load nemesis bench clean down
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "python3.11 not found: install Python 3.11"; exit 1; }
@@ -40,6 +40,11 @@ soak: install jars
 # catchup): ~20 min, so a group of their own, which .ci/run runs after `make test`
 load: install jars
 	$(PY) -m pytest -m load -p no:cacheprovider $(PYTEST_ARGS)
+
+# scenarios on hosts of their own (root: network namespaces; installs nftables and faketime)
+nemesis: install jars
+	@bash scripts/system_packages.sh
+	$(PY) -m pytest -m nemesis -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: install jars
 	@TIDEMARK_STATE_DIR=$(STATE) bash scripts/demo.sh

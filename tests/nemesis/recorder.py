@@ -1,6 +1,7 @@
 """What a nemesis run records for the checker (:mod:`tidemark.nemesis`): the replica nodes'
 states sampled over time by an observer on the bridge (interval maps, cuts and GC points,
-from each node's own ``Status``), the Sends and Acks of txlog, and the final interval maps
+from each node's own ``Status``; its "GC point" is the floor below which it released
+everything), the Sends and Acks of txlog, and the final interval maps
 and digests of co-replicas."""
 
 from __future__ import annotations
@@ -60,8 +61,12 @@ class Recorder:
                 continue
             base = [tuple(p["base"])] if p["base"][1] > p["base"][0] else []
             held = tuple(tuple(r) for r in base + [tuple(d) for d in p.get("detached", [])])
+            # the checker's "GC point" is what the node has released: its floor (the base
+            # range's start; GC raises it past released records only). The cluster GC point
+            # (status "gc_point") only bounds what the release policy may drop, acked Sends
+            # one by one, so it may pass an unacked Send that stays stored.
             parts[int(tp.split("/")[1])] = PartitionSample(
-                held, doc.get("ust", {}).get(tp), doc.get("gc_point", {}).get(tp))
+                held, doc.get("ust", {}).get(tp), int(p["base"][0]))
         return Sample(t, node, parts)
 
     def _run(self) -> None:

@@ -1,11 +1,12 @@
-"""A Jepsen-style fault-injection harness for Tidemark: the run's history and its checker.
+"""A Jepsen-style fault-injection harness for Tidemark: the nemesis, the run's history and
+its checker.
 
+:mod:`tidemark.nemesis.faults` injects faults on the hosts of a run (network namespaces of
+:class:`tidemark.stack.hosts.Hosts`): partitions, isolation, packet loss, clock skew, heal;
 :mod:`tidemark.nemesis.history` records one run (nemesis events, confirmed sends, handler
 calls, replica samples, acks, the state after healing); :mod:`tidemark.nemesis.checker`
 judges it (lost, twice, order, cut, gc, converge). See docs/partitions.md, "The checker".
 """
-
-# The hosts and nemesis modules (the fault injection itself) join this package later.
 
 from tidemark.nemesis.checker import (
     CHECKS,
@@ -20,6 +21,7 @@ from tidemark.nemesis.checker import (
     check_order,
     check_twice,
 )
+from tidemark.nemesis.faults import FaultUnavailable, Nemesis
 from tidemark.nemesis.history import (
     Confirmed,
     Convergence,
@@ -36,7 +38,8 @@ from tidemark.nemesis.history import (
     read_history,
 )
 
-__all__ = ["CHECKS", "Bounds", "Report", "Verdict", "check", "check_converge", "check_cut",
+__all__ = ["Nemesis", "FaultUnavailable", "CHECKS", "Bounds", "Report", "Verdict", "check",
+           "check_converge", "check_cut",
            "check_gc", "check_lost", "check_order", "check_twice", "Confirmed", "Convergence",
            "Event", "Final", "FinalPartition", "Handled", "History", "HistoryLog",
            "PartitionSample", "Sample", "SendAck", "history_from_lines", "read_history"]
