@@ -131,7 +131,7 @@ def _purge_scanner(tail: Tail) -> Scanner:
 _ONE_VARINT = tail_check(1, ())
 scan_send = _send_scanner(_BASE_TAIL)
 scan_ack = _ack_scanner(_ONE_VARINT)
-scan_purge = _purge_scanner(_ONE_VARINT)
+scan_purge = _purge_scanner(_ONE_VARINT)  # the base layout; the current one: scanner_for
 
 
 # The base field layouts the scanners walk, and how many long/int fields end each; a schema

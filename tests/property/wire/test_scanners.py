@@ -41,15 +41,21 @@ def acks() -> st.SearchStrategy[bytes]:
         "message_id": m, "peer": p, "environment": e, "timestamp_ms": ts}), text, text, text, longs)
 
 
+#: signer (a certificate) and signature of a signed record, or both empty (unsigned)
+signers = st.binary(max_size=400)
+signatures = st.binary(max_size=80)
+
+
 def purges() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda p, e, ts: CODEC.encode("Purge", {
-        "peer": p, "environment": e, "timestamp_ms": ts}), text, text, longs)
+    return st.builds(lambda p, e, ts, c, s: CODEC.encode("Purge", {
+        "peer": p, "environment": e, "timestamp_ms": ts, "signer": c, "signature": s}),
+        text, text, longs, signers, signatures)
 
 
 def batches() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda p, e, ids, ts: CODEC.encode("AckBatch", {
-        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts}),
-        text, text, st.lists(text, max_size=150), longs)
+    return st.builds(lambda p, e, ids, ts, c, s: CODEC.encode("AckBatch", {
+        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts, "signer": c,
+        "signature": s}), text, text, st.lists(text, max_size=150), longs, signers, signatures)
 
 
 def expected(value: bytes) -> bytes | tuple | None:
