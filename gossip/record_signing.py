@@ -18,8 +18,10 @@ given (:meth:`SignatureVerifier.refresh_crl` re-reads a CRL file when it changed
 from __future__ import annotations
 
 import datetime as dt
+import os
+import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +31,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tidemark.gossip.pki import Identity, PkiError, TlsFiles, issue, revoked_serials
-from tidemark.gossip.tls import Transport
+from tidemark.gossip.tls import Transport, local_pki_dir
+from tidemark.log import registry
 from tidemark.log.wire.signed import Sealer, seal
 
 __all__ = ["RecordSigner", "SignatureVerifier", "SignatureRefused", "IssuerSigners",
-           "load_trusted", "sealer_of", "verifier_of"]
+           "load_trusted", "sealer_of", "verifier_of", "issuer_signers", "load_sealers"]
 
 _CACHE_LIMIT = 4096
 
@@ -203,7 +206,8 @@ class IssuerSigners:
         with self._lock:
             got = self._signers.get(identity)
             if got is None:
-                stem = f"{identity.uri.replace(':', '_')}-records"
+                stem = (f"{identity.uri.replace(':', '_')}-records-{os.getpid()}-"
+                        f"{secrets.token_hex(4)}")  # processes never share a key file
                 files = issue(self.folder, identity, self.folder / "issued", days=self.days,
                               stem=stem)
                 got = self._signers[identity] = RecordSigner.from_files(files)
@@ -232,3 +236,23 @@ def verifier_of(transport: Transport | None) -> SignatureVerifier | None:
     if transport is None or transport.files is None:
         return None
     return SignatureVerifier.from_files(transport.files.ca, transport.files.crl)
+
+
+def issuer_signers(state_dir: Path | None = None) -> IssuerSigners | None:
+    """Signers from the CA folder this process may sign from (``TIDEMARK_TLS_ISSUER``, else
+    the local stack's ``<state>/pki``); None when there is none or in insecure mode."""
+    if registry.env_value("insecure"):
+        return None
+    issuer = registry.env_value("tls_issuer")
+    folder = Path(issuer) if issuer else local_pki_dir(state_dir)
+    return IssuerSigners(folder) if (folder / "trust.pem").is_file() else None
+
+
+def load_sealers(environment: str, state_dir: Path | None = None
+                 ) -> Callable[[str], Sealer] | None:
+    """``recipient -> sealer`` for the load generator's acks (signed as each recipient of
+    ``environment``), from :func:`issuer_signers`; None when this process cannot sign."""
+    signers = issuer_signers(state_dir)
+    if signers is None:
+        return None
+    return lambda peer: signers.peer(environment, peer).sealer

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from tidemark.gossip.interval_map import IntervalMap
 from tidemark.gossip.missing import find_source
 from tidemark.gossip.service import MAX_MESSAGE_BYTES, ReplicaClient, pack_records, unpack_records
-from tidemark.replica.digests import RANGE
 from tidemark.gossip.txlog_admission import TxlogAdmission
+from tidemark.replica.digests import RANGE
 from tidemark.replica.ingest import index_txlog
 from tidemark.replica.store import Store
 

@@ -299,14 +299,14 @@ class Ingestor:
                 refused["topic"] = physical.get(refused["topic"], refused["topic"])
                 put(deadletter_key(refused["topic"], refused["partition"], refused["offset"]),
                     json.dumps(refused, sort_keys=True).encode())
-            refused = [r.split(")", 1)[0][len(REFUSED_PREFIX):] for _, r in poison
-                       if r.startswith(REFUSED_PREFIX)]
-            for kind in set(refused):
-                n = refused.count(kind)
+            kinds = [r.split(")", 1)[0][len(REFUSED_PREFIX):] for _, r in poison
+                     if r.startswith(REFUSED_PREFIX)]
+            for kind in set(kinds):
+                n = kinds.count(kind)
                 self.refused[kind] = self.refused.get(kind, 0) + n
                 self.on_refused(kind, n)
-            self.poison += len(poison) - len(refused)
-            self.on_poison(len(poison) - len(refused))
+            self.poison += len(poison) - len(kinds)
+            self.on_poison(len(poison) - len(kinds))
         batch.commit()
         self.applied += applied
         return applied

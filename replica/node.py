@@ -24,8 +24,8 @@ from confluent_kafka import KafkaException
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
 from tidemark.gossip.pki import Identity
-from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.record_signing import verifier_of
+from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import local_pki_dir, resolve_transport
 from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.exceptions import TidemarkError

@@ -50,8 +50,8 @@ from tidemark.spark_streaming.state_groups import choose_groups
 from tidemark.spark_streaming.supervisor import Supervisor, first_line
 from tidemark.spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
-__all__ = ["JobOptions", "AdmissionSpec", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
-           "kafka_options", "check_topics", "start_query", "run_job"]
+__all__ = ["JobOptions", "AdmissionSpec", "txlog_partitions", "state_partitions", "spark_conf",
+           "build_session", "kafka_options", "check_topics", "start_query", "run_job"]
 
 log = logging.getLogger(__name__)
 

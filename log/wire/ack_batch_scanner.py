@@ -106,8 +106,8 @@ def _no_extras(v: bytes, p: int) -> bool:
 
 
 #: The scanner of the current AckBatch schema (its signer and signature walked, not checked).
-scan_ack_batch: AckBatchScanner = (ack_batch_scanner(list(schemas.load_schema("AckBatch")["fields"]))
-                                   or _scanner(_no_extras))
+scan_ack_batch: AckBatchScanner = (
+    ack_batch_scanner(list(schemas.load_schema("AckBatch")["fields"])) or _scanner(_no_extras))
 
 
 def ack_batch_header(codec: Codec) -> tuple[bytes, AckBatchScanner] | None:
