@@ -57,6 +57,7 @@ class Codec:
         self._fast: dict[str, Callable[[Mapping[str, Any]], bytes]] = {}
         #: top-level fields with defaults: what a record may leave out (fastavro needs them)
         self._defaults: dict[str, dict[str, Any]] = {}
+        self._bytes_defaults: dict[str, list[tuple[str, bytes]]] = {}
         named_schemas: dict[str, Any] = {}
         for name, js in (schema_json or schemas.load_all()).items():
             parsed = cast(dict[str, Any], parse_schema(dict(js), named_schemas=named_schemas))
@@ -67,6 +68,8 @@ class Codec:
             self._writers[fp] = (name, parsed)
             self._defaults[name] = {f["name"]: _default_value(f) for f in parsed["fields"]
                                     if "default" in f}
+            self._bytes_defaults[name] = [(k, v) for k, v in self._defaults[name].items()
+                                          if isinstance(v, bytes)]
             fast = compile_encoder(parsed, MARKER + fp)
             if fast is not None:
                 self._fast[name] = fast
@@ -153,6 +156,9 @@ class Codec:
                 record = schemaless_reader(buf, writer, None)
             else:
                 record = schemaless_reader(buf, writer, reader)
+                for field, default in self._bytes_defaults[name]:
+                    if isinstance(record.get(field), str):  # fastavro resolves the JSON text
+                        record[field] = default
         except Exception as exc:  # fastavro raises EOFError, ValueError, UnicodeDecodeError...
             raise TruncatedRecordError(f"corrupt or truncated {name} body: {exc!r}") from exc
         if buf.tell() != len(data):
