@@ -111,6 +111,7 @@ def test_revocation_counts_from_the_crl_refresh(tmp_path: Path) -> None:
     rec = C.decode(value).record
     assert adm.check("AckBatch", rec, value) is None
     import os
+
     from cryptography import x509
     revoke(folder, x509.load_der_x509_certificate(signer.certificate).serial_number)
     os.utime(folder / "crl.pem", (time.time() + 5, time.time() + 5))  # a visible change
