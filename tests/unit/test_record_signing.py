@@ -200,3 +200,107 @@ def test_the_replica_index_refuses_without_indexing(tmp_path: Path) -> None:
         assert [off for off, _ in store.records(0, 0, 3)] == [0]
     finally:
         store.close()
+
+
+class _Msg:
+    """What ingest reads of a consumed Kafka message."""
+
+    def __init__(self, topic: str, offset: int, key: bytes, value: bytes) -> None:
+        self._t, self._o, self._k, self._v = topic, offset, key, value
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+
+class _Letters:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+
+    def send(self, poison: list) -> list:
+        self.sent += [(m.offset(), reason) for m, reason in poison]
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_ingest_step_applies_only_what_the_admission_admits(tmp_path: Path) -> None:
+    """The fast path keeps this environment's Sends; every other record is decoded and
+    checked: refused ones are dead-lettered and counted, neither stored nor indexed."""
+    from tidemark.log.settings import load_settings
+    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.keys import ack_key
+    from tidemark.replica.store import Store
+    settings = load_settings(env={"TIDEMARK_ENVIRONMENT": "prod"}, bootstrap="127.0.0.1:1",
+                             topic_prefix="sg.", partitions=1)
+    assert settings.environment == "prod"
+    store = Store(tmp_path / "s", "n1")
+    ingest = Ingestor(settings, store, "n1", admission=admission())
+    ingest.consumer.close()
+    ingest.deadletters.close()
+    letters = ingest.deadletters = _Letters()  # type: ignore[assignment]
+    counted: list[tuple[str, int]] = []
+    ingest.on_refused = lambda kind, n: counted.append((kind, n))
+    billing = pki().signers["peer:prod:billing"]
+    values = [
+        encode("Send", "billing", "prod", NOW, ("m-1",)),                       # 0 applied
+        encode("Send", "billing", "staging", NOW, ("m-2",)),                    # 1 env
+        billing.seal(encode("AckBatch", "billing", "prod", NOW, ("m-1",))),     # 2 applied
+        encode("AckBatch", "billing", "prod", NOW, ("m-9",)),                   # 3 unsigned
+        billing.seal(encode("Purge", "billing", "prod", NOW)),                  # 4 a peer's
+        encode("Ack", "billing", "prod", NOW, ("m-8",)),                        # 5 unsignable
+        pki().signers["operator:alice"].seal(encode("Purge", "billing", "prod", NOW)),  # 6
+    ]
+    topic = settings.topic("txlog")
+    try:
+        assert ingest._apply([_Msg(topic, i, b"billing", v) for i, v in enumerate(values)]) \
+            == len(values)
+        assert [off for off, _ in store.records(0, 0, 10)] == [0, 2, 6]
+        assert store.db.get(ack_key(0, "billing", "m-1")) is not None
+        assert store.db.get(ack_key(0, "billing", "m-9")) is None
+        assert store.db.get(ack_key(0, "billing", "m-8")) is None
+        assert [off for off, _ in letters.sent] == [1, 3, 4, 5]
+        assert ingest.refused == {"environment": 1, "signature": 3} and ingest.poison == 0
+        assert sorted(counted) == [("environment", 1), ("signature", 3)]
+    finally:
+        store.close()
+
+
+def test_a_peers_acker_signs_its_ack_batches_and_failures() -> None:
+    """What the peer's Acker appends with its transport's seal passes the admission."""
+    from collections import Counter
+
+    from tidemark.peer_client.acks import AckBatcher, Acker
+    from tidemark.peer_client.records import Envelope
+    seal = pki().signers["peer:prod:billing"].seal
+    appended: list[bytes] = []
+
+    class Log:
+        def append(self, key: str, value: bytes, on_delivery: object = None) -> None:
+            assert key == "billing"
+            appended.append(value)
+
+    acker = Acker("billing", "prod", AckBatcher(2, 10), log_port=Log(),  # type: ignore[arg-type]
+                  encode_acks=AckBatchEncoder(C, "billing", "prod", seal).encode,
+                  encode_record=C.encode, clock_ms=lambda: NOW, stats=Counter(), seal=seal)
+    envs = [Envelope(f"m-{i}", "shop", "t", b"", NOW, True, "prod") for i in range(3)]
+    acker.ack_many(envs[:2])
+    acker.record_failure(envs[2], "boom", "handler")
+    assert [C.decode(v).name for v in appended] == ["AckBatch", "DeliveryFailed"]
+    assert [check(v) for v in appended] == [None, None]
+    assert C.decode(appended[0]).record["message_ids"] == ["m-0", "m-1"]  # one signature
