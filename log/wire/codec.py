@@ -156,9 +156,10 @@ class Codec:
                 record = schemaless_reader(buf, writer, None)
             else:
                 record = schemaless_reader(buf, writer, reader)
+                resolved = cast(dict[str, Any], record)
                 for field, default in self._bytes_defaults[name]:
-                    if isinstance(record.get(field), str):  # fastavro resolves the JSON text
-                        record[field] = default
+                    if isinstance(resolved.get(field), str):  # fastavro resolves JSON text
+                        resolved[field] = default
         except Exception as exc:  # fastavro raises EOFError, ValueError, UnicodeDecodeError...
             raise TruncatedRecordError(f"corrupt or truncated {name} body: {exc!r}") from exc
         if buf.tell() != len(data):
