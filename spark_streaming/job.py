@@ -331,11 +331,11 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
 
     ``ready``, if given, is called with the ``StreamingQuery`` each time it (re)starts.
     """
-    check_topics(settings)
-    # fail closed: a secure job without CA material does not start
+    # fail closed: a secure job without CA material does not start (before any Kafka call)
     trust = resolve_trust(options.insecure, Path(options.state_dir) if options.state_dir
                           else None)
     admission = AdmissionSpec.of(settings, trust)
+    check_topics(settings)
     started = time.monotonic()
     logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
     session = {"spark": build_session(settings, options)}
