@@ -43,7 +43,7 @@ from tidemark.log import registry
 from tidemark.log.settings import default_state_dir
 
 __all__ = ["Transport", "TlsMissingError", "resolve_transport", "local_pki_dir",
-           "default_transport", "INSECURE_WARNING"]
+           "default_transport", "INSECURE_WARNING", "Trust", "resolve_trust"]
 
 log = logging.getLogger("tidemark.tls")
 INSECURE_WARNING = ("INSECURE: TLS is off (--insecure / TIDEMARK_INSECURE=1): anyone who reaches"
@@ -184,6 +184,45 @@ def resolve_transport(identity: Identity, files: TlsFiles | None = None,
         raise TlsMissingError(f"TLS material of {identity} missing: "
                               + ", ".join(str(p) for p in missing))
     return Transport(identity, files)
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The CA material of a process that only verifies (the queues job checks who signed
+    txlog records): the trust bundle and, optionally, the revocation list."""
+
+    ca: Path
+    crl: Path | None = None
+
+
+def resolve_trust(insecure: bool | None = None, state_dir: Path | None = None,
+                  files: TlsFiles | None = None) -> Trust | None:
+    """The trust material found as :func:`resolve_transport` finds TLS material (explicit
+    files; ``TIDEMARK_TLS_CA`` and ``TIDEMARK_TLS_CRL``; the CA folder of
+    ``TIDEMARK_TLS_ISSUER`` or the local stack), None only in insecure mode; raises
+    :class:`TlsMissingError` otherwise (fail closed)."""
+    if insecure is None:
+        insecure = bool(registry.env_value("insecure"))
+    if insecure:
+        log.warning("%s (txlog signatures are not checked)", INSECURE_WARNING)
+        return None
+    if files is not None:
+        trust = Trust(files.ca, files.crl)
+    elif registry.env_value("tls_ca"):
+        crl = registry.env_value("tls_crl")
+        trust = Trust(Path(registry.env_value("tls_ca")), Path(crl) if crl else None)
+    else:
+        issuer = registry.env_value("tls_issuer")
+        folder = Path(issuer) if issuer else local_pki_dir(state_dir)
+        if not (folder / "trust.pem").is_file():
+            raise TlsMissingError(
+                "no CA material to check txlog signatures with: set TIDEMARK_TLS_CA (and"
+                " TIDEMARK_TLS_CRL), start the local stack (`tidemark local up`), or pass"
+                " --insecure / TIDEMARK_INSECURE=1 for development only")
+        trust = Trust(folder / "trust.pem", folder / "crl.pem")
+    if not trust.ca.is_file():
+        raise TlsMissingError(f"the CA bundle {trust.ca} is missing")
+    return trust
 
 
 _DEFAULT: dict[tuple[Any, ...], Transport] = {}

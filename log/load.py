@@ -14,8 +14,12 @@ from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
 from tidemark.log.topics import require_topics
+from tidemark.log.wire import Sealer
 
-__all__ = ["LoadResult", "generate_load", "stderr_progress"]
+__all__ = ["LoadResult", "generate_load", "stderr_progress", "ACK_BATCH"]
+
+#: The most ids of one signed AckBatch the load generator writes.
+ACK_BATCH = 100
 
 
 @dataclass
@@ -38,12 +42,18 @@ class LoadResult:
 def generate_load(settings: Settings, peers: int = 100, messages: int = 100_000,
                   ack_ratio: float = 0.5, payload_bytes: int = 150, seed: int | None = None,
                   keep_unacked: bool = False,
-                  progress: Callable[[int, int], None] | None = None) -> LoadResult:
+                  progress: Callable[[int, int], None] | None = None,
+                  sealers: Callable[[str], Sealer] | None = None) -> LoadResult:
     """Send ``messages`` Sends to random recipients; ack ``ack_ratio`` of them.
 
-    Each Ack is appended after its Send by the same producer and to the same partition (the
+    Each ack is appended after its Send by the same producer and to the same partition (the
     key is the recipient), so a reader always sees the Send first. With ``keep_unacked`` the
     result lists every unacked message id per peer (the model tests compare against).
+
+    Without ``sealers`` each ack is a single-id Ack, which only an insecure cluster applies.
+    With ``sealers`` (recipient -> its signing step, e.g. certificates issued from the
+    cluster's CA folder) the acks are what a peer writes: AckBatch records signed as the
+    recipient, up to :data:`ACK_BATCH` ids each.
     """
     if not 0.0 <= ack_ratio <= 1.0:
         raise ValueError("ack_ratio must be within [0, 1]")
@@ -58,6 +68,14 @@ def generate_load(settings: Settings, peers: int = 100, messages: int = 100_000,
     started = time.monotonic()
     encode = producer.codec.encode
     topic = producer.topic("txlog")
+    pending: dict[str, list[str]] = {}  # signed acks not written yet, per recipient
+
+    def write_acks(recipient: str) -> None:
+        ids = pending.pop(recipient, [])
+        if ids and sealers is not None:
+            producer.produce_raw(topic, recipient, sealers(recipient)(encode("AckBatch", {
+                "peer": recipient, "environment": env, "message_ids": ids,
+                "timestamp_ms": int(time.time() * 1000), "signer": b"", "signature": b""})))
     for i in range(messages):
         recipient = names[rng.randrange(peers)]
         sender = names[rng.randrange(peers)]
@@ -70,8 +88,14 @@ def generate_load(settings: Settings, peers: int = 100, messages: int = 100_000,
         stats = result.peers[recipient]
         stats["sent"] += 1
         if rng.random() < ack_ratio:
-            producer.produce_raw(topic, recipient, encode("Ack", {
-                "message_id": msg_id, "peer": recipient, "environment": env, "timestamp_ms": now}))
+            if sealers is None:
+                producer.produce_raw(topic, recipient, encode("Ack", {
+                    "message_id": msg_id, "peer": recipient, "environment": env,
+                    "timestamp_ms": now}))
+            else:
+                pending.setdefault(recipient, []).append(msg_id)
+                if len(pending[recipient]) >= ACK_BATCH:
+                    write_acks(recipient)
             stats["acked"] += 1
             result.acked += 1
         elif keep_unacked:
@@ -81,6 +105,8 @@ def generate_load(settings: Settings, peers: int = 100, messages: int = 100_000,
             producer.poll(0)
             if progress and i:
                 progress(i, messages)
+    for recipient in list(pending):
+        write_acks(recipient)
     _drain(producer)
     result.seconds = time.monotonic() - started
     if progress:

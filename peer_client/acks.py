@@ -102,13 +102,16 @@ def chunks(ids: Sequence[str], max_ids: int,
 
 class Acker:
     """The acks and failure records of peer ``peer_id``, appended through ``log_port``:
-    ``encode_acks(ids, now_ms)`` encodes one AckBatch, ``encode_record`` the DeliveryFailed."""
+    ``encode_acks(ids, now_ms)`` encodes one AckBatch (signed, when the peer signs),
+    ``encode_record`` the DeliveryFailed, which ``seal`` signs (None: unsigned, insecure)."""
 
     def __init__(self, peer_id: str, environment: str, batcher: AckBatcher[str], *,
                  log_port: LogPort, encode_acks: Callable[[Sequence[str], int], bytes],
                  encode_record: Callable[[str, dict[str, Any]], bytes],
-                 clock_ms: Callable[[], int], stats: Any) -> None:
+                 clock_ms: Callable[[], int], stats: Any,
+                 seal: Callable[[bytes], bytes] | None = None) -> None:
         self.peer_id, self.environment, self.batcher = peer_id, environment, batcher
+        self.seal = seal  # signs the DeliveryFailed records (secure mode)
         self.log_port, self.encode_acks, self.encode_record = log_port, encode_acks, encode_record
         self.clock_ms, self.stats = clock_ms, stats
         self._lock = threading.Lock()
@@ -157,7 +160,9 @@ class Acker:
         value = self.encode_record("DeliveryFailed", {
             "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
             "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
-            "timestamp_ms": self.clock_ms()})
+            "timestamp_ms": self.clock_ms(), "signer": b"", "signature": b""})
+        if self.seal is not None:
+            value = self.seal(value)
         self.log_port.append(self.peer_id, value, self._delivered_cb)
 
     def _append(self, batch: Sequence[str]) -> None:

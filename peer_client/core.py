@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from tidemark.gossip.pki import Identity
-from tidemark.log.wire import MARKER, AckBatchEncoder, SendEncoder
+from tidemark.log.wire import MARKER, AckBatchEncoder, Sealer, SendEncoder
 from tidemark.peer_client.acks import AckBatcher, Acker
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.dedup import DedupWindow
@@ -53,7 +53,7 @@ class PeerCore:
                  log_port: LogPort, direct: DirectPort, directory_port: DirectoryPort,
                  stability: StabilityPort | None, executor: Executor, max_message_bytes: int,
                  clock_ms: Callable[[], int] = now_ms, handlers: HandlerRegistry | None = None,
-                 incarnation: str | None = None) -> None:
+                 incarnation: str | None = None, seal: Sealer | None = None) -> None:
         if not isinstance(peer_id, str) or not peer_id or "\0" in peer_id:
             raise ValueError(f"peer id must be a non-empty string, got {peer_id!r}")
         if not isinstance(environment, str) or not environment:
@@ -79,9 +79,10 @@ class PeerCore:
         self.acker = Acker(peer_id, environment,
                            AckBatcher(options.ack_batch, options.ack_linger_ms),
                            log_port=log_port,
-                           encode_acks=AckBatchEncoder(self._codec, peer_id, environment).encode,
+                           encode_acks=AckBatchEncoder(self._codec, peer_id, environment,
+                                                       seal).encode,
                            encode_record=self.encode_record, clock_ms=clock_ms,
-                           stats=self.stats)
+                           stats=self.stats, seal=seal)
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
                            self.acker.record_failure, self.acker.ack, self.stats,
                            options.inbox_limit if options.inbox_limit else None,

@@ -11,6 +11,7 @@ from tidemark.log.exceptions import CodecError, DeliveryError
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
+from tidemark.log.wire import Sealer
 from tidemark.peer_client.directory import DirectoryCache, PeerEntry
 from tidemark.peer_client.exceptions import UnknownPeerError, WrongEnvironmentError
 from tidemark.peer_client.records import peer_codec
@@ -103,8 +104,12 @@ def peer_status(settings: Settings, peer_id: str, environment: str | None = None
 
 
 def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
-               timeout_s: float = 60.0) -> dict[str, Any]:
+               timeout_s: float = 60.0, seal: Sealer | None = None) -> dict[str, Any]:
     """Append a Purge for ``peer_id`` (Zebus's decommissioning): its queue empties.
+
+    ``seal`` signs it as the operator (:func:`tidemark.gossip.record_signing.sealer_of` of
+    the operator's transport): the queues job and the replicas apply a Purge only when an
+    operator signed it (unsigned: insecure mode only).
 
     Refuses a peer the directory does not know (:class:`UnknownPeerError`) or knows only in
     another environment (:class:`WrongEnvironmentError`). Returns where the Purge landed and
@@ -121,9 +126,12 @@ def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
             where.update(partition=msg.partition(), offset=msg.offset())
         else:
             errors.append(err.str())
-    producer.produce("txlog", peer_id, "Purge", {"peer": peer_id, "environment": env,
-                                                  "timestamp_ms": int(time.time() * 1000)},
-                     on_delivery=delivered)
+    value = producer.codec.encode("Purge", {"peer": peer_id, "environment": env,
+                                            "timestamp_ms": int(time.time() * 1000),
+                                            "signer": b"", "signature": b""})
+    if seal is not None:
+        value = seal(value)
+    producer.produce_raw(producer.topic("txlog"), peer_id, value, on_delivery=delivered)
     producer.flush(timeout_s)
     if errors or "offset" not in where:
         raise DeliveryError(f"the Purge of {peer_id} was not acknowledged by Kafka:"

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tidemark.gossip.record_signing import sealer_of
 from tidemark.log.settings import Settings, load_settings
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.core import PeerCore
@@ -85,7 +86,8 @@ class Peer:
                              direct=wiring.direct, directory_port=wiring.directory,
                              stability=wiring.stability, executor=wiring.executor,
                              max_message_bytes=wiring.max_message_bytes,
-                             clock_ms=wiring.clock_ms)
+                             clock_ms=wiring.clock_ms,
+                             seal=sealer_of(wiring.transport))  # acks signed with its TLS key
         wiring.bind(self._core)
         self._metrics: MetricsServer | None = None
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from tidemark.gossip.interval_map import IntervalMap
 from tidemark.gossip.missing import find_source
 from tidemark.gossip.service import MAX_MESSAGE_BYTES, ReplicaClient, pack_records, unpack_records
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.replica.digests import RANGE
 from tidemark.replica.ingest import index_txlog
 from tidemark.replica.store import Store
@@ -58,8 +59,10 @@ class Backfiller:
     """Fills txlog gaps of one node from its peers, a bounded amount per call."""
 
     def __init__(self, store: Store, peers: ReplicaClient, chunk: int = RANGE,
-                 max_bytes: int = CHUNK_BYTES) -> None:
+                 max_bytes: int = CHUNK_BYTES, admission: TxlogAdmission | None = None) -> None:
         self.store = store
+        #: what a copied record must pass, as ingest's: a refused copy is not stored
+        self.admission = admission
         self.peers = peers
         self.chunk = chunk
         self.max_bytes = max_bytes
@@ -125,7 +128,7 @@ class Backfiller:
             for off, _ in self.store.records(partition, start, stop):
                 batch.delete_record(partition, off)  # replaced by the peer's copy
             for off, value in records:
-                index_txlog(batch, partition, off, value)
+                index_txlog(batch, partition, off, value, admission=self.admission)
             self.copied += len(records)
             on_copied(len(records))
         batch.map("txlog", partition).insert(start, stop)

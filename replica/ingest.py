@@ -9,6 +9,13 @@ below the Kafka log start leaves a gap in the interval map for backfill; holes a
 (non-data offsets) count as consumed.
 ``queues`` is compacted, so its map records consumer positions, holes included, and a
 partition not read for longer than ``delete.retention.ms`` is rebuilt from a full read.
+
+A txlog record the node's :class:`~tidemark.gossip.txlog_admission.TxlogAdmission` refuses
+(another environment's; in secure mode an Ack, AckBatch, Purge or DeliveryFailed not signed
+by who may write it) is neither stored nor indexed: it goes to ``deadletter`` with the
+reason, like a poison record, and is counted by refusal kind (:attr:`Ingestor.refused`).
+Only a Send of the node's environment takes the scanners' fast path; the other kinds are
+decoded and checked.
 """
 
 from __future__ import annotations
@@ -21,12 +28,14 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError, LogError
 from tidemark.log.settings import Settings
 from tidemark.log.wire import (
     ACK,
     PURGE,
+    SEND,
     ack_batch_header,
     default_codec,
     encode_row,
@@ -45,7 +54,7 @@ from tidemark.replica.keys import (
 )
 from tidemark.replica.store import Store
 
-__all__ = ["Ingestor", "index_txlog"]
+__all__ = ["Ingestor", "index_txlog", "REFUSED_PREFIX"]
 
 log = logging.getLogger(__name__)
 _Q = struct.Struct(">Q")
@@ -57,10 +66,16 @@ _FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILE
                 KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED}
 
 
+#: A dead-letter reason of a refused record starts ``refused (<kind>): ``.
+REFUSED_PREFIX = "refused ("
+
+
 def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
-                decode: Callable = default_codec().decode) -> str | None:
+                decode: Callable = default_codec().decode,
+                admission: TxlogAdmission | None = None) -> str | None:
     """Put one txlog record and its index entries into ``batch``; returns a dead-letter
-    reason instead when the record is not a valid Send/Ack/AckBatch/Purge/DeliveryFailed."""
+    reason instead when the record is not a valid Send/Ack/AckBatch/Purge/DeliveryFailed,
+    or ``admission`` refuses it (``refused (<kind>): <why>``)."""
     try:
         dec = decode(value)
     except CodecError as exc:
@@ -68,6 +83,10 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
     name, rec = dec.name, dec.record
     if value is None:
         return "record without a value"
+    if admission is not None:
+        refused = admission.check(name, rec, value)
+        if refused is not None:
+            return f"{REFUSED_PREFIX}{refused.kind}): {refused.reason}"
     if name == "Send":
         batch.put_record(partition, offset, value)
     elif name == "Ack":
@@ -93,8 +112,16 @@ class Ingestor:
     """Consumes the owned partitions of txlog and queues into a :class:`Store`."""
 
     def __init__(self, settings: Settings, store: Store, node_id: str = "replica",
-                 batch_size: int = 20000, sync: bool = False) -> None:
+                 batch_size: int = 20000, sync: bool = False,
+                 admission: TxlogAdmission | None = None) -> None:
         self.settings = settings
+        #: what txlog records the node applies (None: all, as before admission existed)
+        self.admission = admission
+        #: this environment's Sends take the fast path; other kinds are decoded and checked
+        self._own_env = settings.environment.encode() if admission is not None else None
+        #: records refused by the admission, by kind (``environment``, ``signature``)
+        self.refused: dict[str, int] = {"environment": 0, "signature": 0}
+        self.on_refused: Callable[[str, int], None] = lambda kind, n: None
         self.store = store
         self.node_id = node_id
         self.batch_size = batch_size
@@ -203,6 +230,7 @@ class Ingestor:
         batch_head, scan_batch = self._batch_scan
         put_record = batch.put_record
         decode = self.codec.decode
+        admission, own_env = self.admission, self._own_env
         poison: list[tuple[Message, str]] = []
         run: list[int] | None = None
         cur_phys, cur_k, nxt, applied = "", -1, -1, 0
@@ -237,16 +265,16 @@ class Ingestor:
             value = msg.value()
             if txlog:
                 entry = scanners.get(value[:10]) if value is not None else None
-                if entry is not None:
+                if entry is not None and (own_env is None or entry[0] == SEND):
                     part = entry[1](value)
-                    if part is not None:
+                    if part is not None and (own_env is None or part == own_env):
                         put_record(k, off, value)
                         if entry[0] == ACK:
                             put(aprefix + part, qpack(off))
                         elif entry[0] == PURGE:
                             put(uprefix + part + b"\0" + qpack(off), b"")
                         continue
-                elif value is not None and value[:10] == batch_head:
+                elif admission is None and value is not None and value[:10] == batch_head:
                     fields = scan_batch(value)
                     if fields is not None:  # an AckBatch: one Ack index key per id
                         put_record(k, off, value)
@@ -254,7 +282,7 @@ class Ingestor:
                         for mid in fields[2]:
                             put(head + mid, at)
                         continue
-                reason = index_txlog(batch, k, off, value, decode)
+                reason = index_txlog(batch, k, off, value, decode, admission)
             else:
                 reason = self._apply_queue(batch, k, msg.key(), value)
             if reason is not None:
@@ -271,8 +299,14 @@ class Ingestor:
                 refused["topic"] = physical.get(refused["topic"], refused["topic"])
                 put(deadletter_key(refused["topic"], refused["partition"], refused["offset"]),
                     json.dumps(refused, sort_keys=True).encode())
-            self.poison += len(poison)
-            self.on_poison(len(poison))
+            kinds = [r.split(")", 1)[0][len(REFUSED_PREFIX):] for _, r in poison
+                     if r.startswith(REFUSED_PREFIX)]
+            for kind in set(kinds):
+                n = kinds.count(kind)
+                self.refused[kind] = self.refused.get(kind, 0) + n
+                self.on_refused(kind, n)
+            self.poison += len(poison) - len(kinds)
+            self.on_poison(len(poison) - len(kinds))
         batch.commit()
         self.applied += applied
         return applied

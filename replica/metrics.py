@@ -18,6 +18,9 @@ class NodeMetrics:
                                labels, registry=r).labels(node_id)
         self.deadletters = Counter("tidemark_replica_deadletter_records",
                                    "records sent to deadletter", labels, registry=r).labels(node_id)
+        self.refused = Counter("tidemark_replica_refused_records",
+                               "txlog records refused (kind: environment, signature)",
+                               labels + ["kind"], registry=r)
         self.backfilled = Counter("tidemark_replica_backfilled_records",
                                   "records copied from peers", labels, registry=r).labels(node_id)
         self.backfill_skipped = Counter(
@@ -39,6 +42,10 @@ class NodeMetrics:
         self.epoch = Gauge("tidemark_replica_epoch", "cluster config epoch", labels,
                            registry=r).labels(node_id)
         self.port = 0
+
+    def refused_records(self, kind: str, n: int) -> None:
+        """Count ``n`` records refused for ``kind`` (ingest's ``on_refused``)."""
+        self.refused.labels(self.node_id, kind).inc(n)
 
     def serve(self, port: int = 0, host: str = "127.0.0.1") -> int:
         """Serve ``/metrics`` on ``host`` (port 0 = any free one); returns the port."""

@@ -24,8 +24,10 @@ from confluent_kafka import KafkaException
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
 from tidemark.gossip.pki import Identity
+from tidemark.gossip.record_signing import verifier_of
 from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import local_pki_dir, resolve_transport
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.exceptions import TidemarkError
 from tidemark.replica.backfill import Backfiller
 from tidemark.replica.config import ClusterFile
@@ -111,6 +113,9 @@ class Node:
         # GC pins as leases, persisted once the store is open; a peer pins its own partition
         self.pins = Leases(partitions=self.settings.partitions)
         self.peers = ReplicaClient(cf.secret or None, self.transport)  # gossip and backfill
+        # the txlog records it applies: its environment's; in secure mode, Acks, Purges and
+        # DeliveryFailed only when signed by who may write them (the node's CAs and CRL)
+        self.admission = TxlogAdmission(self.settings.environment, verifier_of(self.transport))
 
     # ---- startup ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -131,10 +136,11 @@ class Node:
         spec = self.cf.nodes.get(self.node_id)
         metrics.serve(spec.metrics_port if spec else 0, host=self.cf.metrics_host)
         self.ingest = ingest = Ingestor(self.settings, store, self.node_id,
-                                        sync=self.cf.sync_writes)
+                                        sync=self.cf.sync_writes, admission=self.admission)
         ingest.on_poison = metrics.deadletters.inc
+        ingest.on_refused = metrics.refused_records
         ingest.assign(view.partition().log_partitions)
-        self.backfiller = Backfiller(store, self.peers)
+        self.backfiller = Backfiller(store, self.peers, admission=self.admission)
         self.gc = GcWorker(store, lambda: list(ingest.partitions), lambda: dict(cut.gc_point),
                            self.cf.release, on_released=metrics.released.inc,
                            idle=ingest.has_slack)
@@ -203,6 +209,8 @@ class Node:
                     self.cut.request()
                 if now >= next_tick:
                     self.tick()
+                    if self.admission.verifier is not None:
+                        self.admission.verifier.refresh_crl()  # revocations count from now
                     next_tick = now + self.period
         finally:
             self.close()

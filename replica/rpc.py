@@ -73,6 +73,9 @@ class ReplicaServicer:
         """The ``replica status --json`` document."""
         doc = build_status(self.snapshot())
         doc["deadletter_ledger"] = self.store.dead_letters(limit=100)  # this node's own
+        ingest = self.ends.ingest  # this node's counts since it started
+        doc["ingest_counts"] = {"poison": ingest.poison, **{
+            f"refused_{kind}": n for kind, n in sorted(ingest.refused.items())}}
         doc["ust_epoch"] = self.cut.ust_epoch
         return json.dumps(doc).encode()
 

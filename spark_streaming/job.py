@@ -32,6 +32,9 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from tidemark.gossip.record_signing import SignatureVerifier, load_trusted
+from tidemark.gossip.tls import Trust, resolve_trust
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.exceptions import TidemarkError
 from tidemark.log.queue_state import (
     DEFAULT_ACK_TTL_MS,
@@ -47,8 +50,8 @@ from tidemark.spark_streaming.state_groups import choose_groups
 from tidemark.spark_streaming.supervisor import Supervisor, first_line
 from tidemark.spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
-__all__ = ["JobOptions", "txlog_partitions", "state_partitions", "spark_conf", "build_session",
-           "kafka_options", "check_topics", "start_query", "run_job"]
+__all__ = ["JobOptions", "AdmissionSpec", "txlog_partitions", "state_partitions", "spark_conf",
+           "build_session", "kafka_options", "check_topics", "start_query", "run_job"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,10 @@ class JobOptions:
     max_restarts: int = 0
     #: The supervisor's JSON status file (restart count, last error); None: none.
     status_file: str | None = None
+    #: Insecure mode (txlog signatures not required); None: ``TIDEMARK_INSECURE``.
+    insecure: bool | None = None
+    #: The state folder whose ``pki`` holds the local stack's CA (None: the default one).
+    state_dir: str | None = None
 
 
 def _env_limit() -> int:
@@ -198,7 +205,33 @@ def kafka_options(settings: Settings) -> dict[str, str]:
     return options
 
 
-def _processor(ttl: Ttl) -> Any:
+@dataclass(frozen=True)
+class AdmissionSpec:
+    """What a Python worker builds the job's :class:`TxlogAdmission` from (picklable): the
+    environment, the trusted CAs (PEM; None in insecure mode) and the CRL file."""
+
+    environment: str
+    ca_pem: bytes | None
+    crl: str | None
+
+    @classmethod
+    def of(cls, settings: Settings, trust: Trust | None) -> AdmissionSpec:
+        """The spec of a job of ``settings`` with ``trust`` (None: insecure)."""
+        if trust is None:
+            return cls(settings.environment, None, None)
+        return cls(settings.environment, trust.ca.read_bytes(),
+                   str(trust.crl) if trust.crl is not None else None)
+
+    def build(self) -> TxlogAdmission:
+        """The admission (in the worker)."""
+        verifier = None
+        if self.ca_pem is not None:
+            verifier = SignatureVerifier(load_trusted(self.ca_pem),
+                                         crl=Path(self.crl) if self.crl else None)
+        return TxlogAdmission(self.environment, verifier)
+
+
+def _processor(ttl: Ttl, spec: AdmissionSpec | None = None) -> Any:
     """A ``StatefulProcessor`` for one txlog partition: per-message MapState entries."""
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -209,6 +242,7 @@ def _processor(ttl: Ttl) -> Any:
         def init(self, handle: Any) -> None:
             self.started = time.time()
             self.maps = SparkMaps(handle)
+            self.admission = spec.build() if spec is not None else None
             self.init_ms = round((time.time() - self.started) * 1e3, 1)
 
         def handleInputRows(self, key: tuple, rows: Iterator[Any],
@@ -218,7 +252,9 @@ def _processor(ttl: Ttl) -> Any:
             frame = pd.concat(list(rows), ignore_index=True)
             profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
             before = dict(self.maps.stats)
-            out = process_rows(frame, self.maps, ttl)
+            if self.admission is not None and self.admission.verifier is not None:
+                self.admission.verifier.refresh_crl()  # a revocation counts from now on
+            out = process_rows(frame, self.maps, ttl, admission=self.admission)
             if profile:
                 stats = {k: v - before[k] for k, v in self.maps.stats.items()}
                 _profile_write(profile, {
@@ -237,9 +273,13 @@ def _processor(ttl: Ttl) -> Any:
 
 
 def start_query(spark: Any, settings: Settings, options: JobOptions,
-                writer: BatchWriter | None = None) -> Any:
+                writer: BatchWriter | None = None, admission: AdmissionSpec | None = None) -> Any:
     """Start the streaming query (returns the ``StreamingQuery``); ``writer`` is its
-    ``foreachBatch`` sink (a new one if not given)."""
+    ``foreachBatch`` sink (a new one if not given); ``admission`` what records it applies
+    (None: the settings' environment, with the trust :func:`resolve_trust` finds)."""
+    if admission is None:
+        admission = AdmissionSpec.of(settings, resolve_trust(
+            options.insecure, Path(options.state_dir) if options.state_dir else None))
     source = spark.readStream.format("kafka").options(**kafka_options(settings)) \
         .option("subscribe", settings.topic("txlog")) \
         .option("startingOffsets", options.starting_offsets) \
@@ -257,7 +297,7 @@ def start_query(spark: Any, settings: Settings, options: JobOptions,
     out = rows.groupBy("state_group" if groups < partitions else "partition") \
         .transformWithStateInPandas(
         statefulProcessor=_processor(Ttl(options.ack_ttl_ms, options.dedup_window_ms,
-                                         options.delivery_limit)),
+                                         options.delivery_limit), admission),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Update", timeMode="None")
     return out.writeStream.queryName(options.query_name).outputMode("update") \
@@ -291,6 +331,10 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
 
     ``ready``, if given, is called with the ``StreamingQuery`` each time it (re)starts.
     """
+    # fail closed: a secure job without CA material does not start (before any Kafka call)
+    trust = resolve_trust(options.insecure, Path(options.state_dir) if options.state_dir
+                          else None)
+    admission = AdmissionSpec.of(settings, trust)
     check_topics(settings)
     started = time.monotonic()
     logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
@@ -310,7 +354,7 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
 
     def start() -> Any:
         try:
-            return start_query(session["spark"], settings, options, writer)
+            return start_query(session["spark"], settings, options, writer, admission)
         except TidemarkError:
             raise
         except Exception as exc:  # py4j / Spark analysis errors: restarted like a failure
@@ -348,6 +392,7 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
     profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
 
     def poll(query: Any) -> None:
+        supervisor.set_counters(writer.counters())
         if profile:
             last_batch["id"] = _profile_progress(query, last_batch["id"], profile)
         elif log.isEnabledFor(logging.DEBUG):

@@ -13,7 +13,16 @@ from tidemark.log.queue_state import progress_key, split_queue_key
 from tidemark.log.settings import Settings
 from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.fetch import read_offsets
-from tidemark.spark_streaming.transform import DEAD, ENTRY, LETTER, MARK, OUTPUT_COLUMNS, TOMBSTONE
+from tidemark.spark_streaming.transform import (
+    DEAD,
+    ENTRY,
+    LETTER,
+    MARK,
+    OUTPUT_COLUMNS,
+    REFUSED_ENVIRONMENT,
+    REFUSED_SIGNATURE,
+    TOMBSTONE,
+)
 
 __all__ = ["BatchWriter", "LETTER_SOURCE", "POISON_SOURCE"]
 
@@ -40,6 +49,8 @@ class BatchWriter:
         self.batches = 0
         self.dead = 0
         self.letters = 0
+        #: records refused by the job's admission, by kind (environment, signature)
+        self.refused = {"environment": 0, "signature": 0}
         self.profile = os.environ.get("TIDEMARK_QUEUES_PROFILE")
         self.timings: dict[str, float] = {}
 
@@ -62,14 +73,22 @@ class BatchWriter:
         except TidemarkError as exc:
             log.info("before the restart: %s", exc)
 
+    def counters(self) -> dict[str, int]:
+        """What the status file shows: poison records, refused records by kind, letters."""
+        return {"poison": self.dead, "refused_environment": self.refused["environment"],
+                "refused_signature": self.refused["signature"], "letters": self.letters}
+
     def _dead(self, key: bytes | None, value: bytes | None, reason: str, part: int,
-              offset: int) -> None:
-        """Copy a record to deadletter (without its bytes if they are too large)."""
+              offset: int, refused: str = "") -> None:
+        """Copy a record to deadletter (without its bytes if they are too large);
+        ``refused``: the admission refusal's kind, in a header."""
         headers = [("tidemark.reason", reason.encode()[:1000]),
                    ("tidemark.source", POISON_SOURCE.encode()),
                    ("tidemark.topic", self.settings.topic("txlog").encode()),
                    ("tidemark.partition", str(part).encode()),
                    ("tidemark.offset", str(offset).encode())]
+        if refused:
+            headers.append(("tidemark.refused", refused.encode()))
         topic = self.producer.topic("deadletter")
         try:
             self.producer.produce_raw(topic, key, value, headers=headers)
@@ -143,6 +162,7 @@ class BatchWriter:
         produce = producer.produce_raw
         top: dict[int, int] = {}
         dead = 0
+        refused = {"environment": 0, "signature": 0}
         t0 = time.perf_counter()
         sends = self._read_sends(rows)
         for kind, key, value, part, offset, reason, count in rows:
@@ -165,12 +185,21 @@ class BatchWriter:
             elif kind == DEAD:
                 self._dead(key, value, reason or "", part, offset)
                 dead += 1
+            elif kind in (REFUSED_ENVIRONMENT, REFUSED_SIGNATURE):
+                why = kind.split("-", 1)[1]
+                self._dead(key, value, f"refused ({why}): {reason or ''}", part, offset, why)
+                refused[why] += 1
         t1 = time.perf_counter()
         producer.flush()  # every row of the batch is acknowledged before its progress
         t2 = time.perf_counter()
         if dead:
             self.dead += dead
             log.warning("batch %d: %d poison record(s) sent to %s", batch_id, dead, deadletter)
+        for why, n in refused.items():
+            if n:
+                self.refused[why] += n
+                log.warning("batch %d: %d record(s) refused (%s) sent to %s", batch_id, n, why,
+                            deadletter)
         now = int(time.time() * 1000)
         for part, offset in sorted(top.items()):
             producer.produce("queues", progress_key(part), "QueueProgress", {

@@ -25,8 +25,10 @@ of its own (the unit tests drive it with fake queries):
 
 The status file (``supervisor.json``; next to the ``--ready-file`` by default, so
 ``<state dir>/spark/supervisor.json`` in the local stack) holds
-``{"pid", "state", "restarts", "last_error", "last_restart_ms"}``; ``state`` is ``starting``,
-``running``, ``backoff``, ``stopped`` or ``failed``. It is rewritten (atomically) at start and
+``{"pid", "state", "restarts", "last_error", "last_restart_ms", "counters"}``; ``state`` is
+``starting``, ``running``, ``backoff``, ``stopped`` or ``failed``; ``counters`` are the job's
+record counts (:meth:`Supervisor.set_counters`: poison records, records refused for their
+environment or their signature, delivery letters). It is rewritten (atomically) at start and
 at every change, and counts the restarts of that process only.
 """
 
@@ -126,12 +128,20 @@ class Supervisor:
         self.last_error: str | None = None
         self.last_restart_ms: int | None = None
         self.state = "starting"
+        self.counters: dict[str, int] = {}
 
     # ---- status file --------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The status file's content."""
         return {"pid": os.getpid(), "state": self.state, "restarts": self.restarts,
-                "last_error": self.last_error, "last_restart_ms": self.last_restart_ms}
+                "last_error": self.last_error, "last_restart_ms": self.last_restart_ms,
+                "counters": dict(self.counters)}
+
+    def set_counters(self, counters: dict[str, int]) -> None:
+        """The job's record counts; the status file is rewritten when they changed."""
+        if counters != self.counters:
+            self.counters = dict(counters)
+            self._set(self.state)
 
     def _set(self, state: str) -> None:
         self.state = state

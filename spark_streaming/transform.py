@@ -17,6 +17,10 @@ Output rows (:data:`OUTPUT_SCHEMA`) are:
   ``value`` = the original Send's bytes (null when the Send was in an earlier batch: the sink
   reads it back), ``offset`` = the Send's txlog offset, ``count``, ``reason`` = last reason;
 * ``dead``: an undecodable or inconsistent txlog record, to copy to ``deadletter``;
+* ``refused-environment`` / ``refused-signature``: a record the job's
+  :class:`~tidemark.gossip.txlog_admission.TxlogAdmission` does not apply (another
+  environment's; an Ack, Purge or DeliveryFailed not signed by who may write it), to copy to
+  ``deadletter`` with the reason and count by kind;
 * ``mark``: one per txlog partition: the highest txlog offset the batch applied.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.exceptions import CodecError
 from tidemark.log.queue_expiry import expiry_chunks, expiry_reads, plan_expiry
 from tidemark.log.queue_state import (
@@ -62,7 +67,7 @@ from tidemark.spark_streaming.state_layout import (
 )
 
 __all__ = ["OUTPUT_SCHEMA", "OUTPUT_COLUMNS", "INPUT_COLUMNS", "ENTRY", "TOMBSTONE", "DEAD",
-           "MARK", "LETTER",
+           "MARK", "LETTER", "REFUSED_ENVIRONMENT", "REFUSED_SIGNATURE", "REFUSED",
            "apply_batch", "process_rows"]
 
 #: Columns the job selects from the Kafka source, in this order.
@@ -71,6 +76,9 @@ INPUT_COLUMNS = ("key", "value", "partition", "offset")
 OUTPUT_SCHEMA = ("kind string, key binary, value binary, partition int, offset long,"
                  " reason string, count int")
 ENTRY, TOMBSTONE, DEAD, MARK, LETTER = "entry", "tombstone", "dead", "mark", "letter"
+#: Output kinds of refused records, by refusal kind (``environment``, ``signature``).
+REFUSED_ENVIRONMENT, REFUSED_SIGNATURE = "refused-environment", "refused-signature"
+REFUSED = {"environment": REFUSED_ENVIRONMENT, "signature": REFUSED_SIGNATURE}
 _PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer", FAIL: "peer",
                ACK_BATCH: "peer"}
 #: Column names of the output rows, in :data:`OUTPUT_SCHEMA` order.
@@ -199,10 +207,13 @@ _READERS: dict[int, RecordReader] = {}
 
 
 def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
-                 codec: Codec | None = None) -> pd.DataFrame:
+                 codec: Codec | None = None,
+                 admission: TxlogAdmission | None = None) -> pd.DataFrame:
     """Apply a batch's txlog rows (any order, one or more txlog partitions) to the state.
 
-    Returns the output rows (:data:`OUTPUT_SCHEMA`).
+    ``admission`` (the job's environment and signature checks; None: every record is
+    applied) refuses records before they reach the state. Returns the output rows
+    (:data:`OUTPUT_SCHEMA`).
     """
     codec = codec or default_codec()
     reader = _READERS.get(id(codec))
@@ -219,6 +230,13 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
         peer = _peer_of(key)
         try:
             decoded = reader.decode(None if value is None else bytes(value))
+            if admission is not None and value is not None:
+                refused = admission.check(decoded.name, decoded.record, bytes(value))
+                if refused is not None:
+                    out.append((REFUSED[refused.kind],
+                                bytes(key) if key is not None and len(key) else None,
+                                bytes(value), part, off, refused.reason, 0))
+                    continue
             found = _events(peer, decoded.name, decoded.record, off)
         except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
             out.append((DEAD, bytes(key) if key is not None and len(key) else None,

@@ -13,10 +13,9 @@ from typing import Any
 
 import grpc
 
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.service import ReplicaClient as Peers
-from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set

@@ -20,9 +20,12 @@ from typing import Any
 
 import pytest
 
+from tidemark.gossip.record_signing import IssuerSigners, SignatureVerifier, issuer_signers
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError
-from tidemark.log.load import generate_load
+from tidemark.log.load import LoadResult
+from tidemark.log.load import generate_load as _generate_load
 from tidemark.log.offsets import watermarks
 from tidemark.log.queue_fold import QueueFold, events_of
 from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, MAX_ID_BYTES, Ttl
@@ -290,6 +293,40 @@ def acked_by(settings: Settings, peer_id: str, end: int | None = None) -> set[st
     return out
 
 
+_SIGNERS: dict[str, IssuerSigners | None] = {}
+
+
+def signers() -> IssuerSigners | None:
+    """Signers of any identity from the session's CA (``TIDEMARK_TLS_ISSUER``); None when
+    the tests run insecure."""
+    key = os.environ.get("TIDEMARK_TLS_ISSUER", "") + os.environ.get("TIDEMARK_INSECURE", "")
+    if key not in _SIGNERS:
+        _SIGNERS[key] = issuer_signers()
+    return _SIGNERS[key]
+
+
+def generate_load(settings: Settings, **kw: Any) -> LoadResult:
+    """:func:`tidemark.log.load.generate_load` with its acks signed as each recipient (what
+    peers write; the queues job and the replicas refuse unsigned acks in secure mode)."""
+    found = signers()
+    if found is not None and "sealers" not in kw:
+        kw["sealers"] = lambda peer: found.peer(settings.environment, peer).sealer
+    return _generate_load(settings, **kw)
+
+
+def sealed(settings: Settings, name: str, record: dict[str, Any], *,
+           operator: str | None = None) -> bytes:
+    """``record`` of txlog type ``name`` encoded and signed: by ``operator`` if given, else
+    by the record's peer (unsigned when the tests run insecure)."""
+    value = default_codec().encode(name, {**record, "signer": b"", "signature": b""})
+    found = signers()
+    if found is None:
+        return value
+    signer = (found.operator(operator) if operator is not None
+              else found.peer(record.get("environment", settings.environment), record["peer"]))
+    return signer.seal(value)
+
+
 class BackgroundLoad:
     """Rounds of :func:`~tidemark.log.load.generate_load` (half of each round's Sends acked)
     in a thread, ``pause_s`` apart, until :meth:`stop`: traffic that keeps flowing across a
@@ -334,6 +371,17 @@ class BackgroundLoad:
 _KINDS = ("Send", "Ack", "AckBatch", "Purge", "DeliveryFailed")  # what the job applies
 
 
+def job_admission(settings: Settings) -> TxlogAdmission:
+    """What the tests' queues job applies: ``settings``' environment and, unless the tests
+    run insecure, signatures checked against the session's CA."""
+    issuer = os.environ.get("TIDEMARK_TLS_ISSUER")
+    verifier = None
+    if issuer and not os.environ.get("TIDEMARK_INSECURE"):
+        verifier = SignatureVerifier.from_files(Path(issuer) / "trust.pem",
+                                                Path(issuer) / "crl.pem")
+    return TxlogAdmission(settings.environment, verifier)
+
+
 def expected_queues(settings: Settings, timeout_s: float = 120.0,
                     delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
                     ) -> tuple[dict[str, set[str]], dict[int, int], int]:
@@ -345,6 +393,7 @@ def expected_queues(settings: Settings, timeout_s: float = 120.0,
     marks = watermarks(settings, "txlog")
     fold = QueueFold(Ttl(delivery_limit=delivery_limit))
     codec, bad = default_codec(), 0
+    admission = job_admission(settings)
     pending: dict[str, list[Any]] = {}
     for msg in (m for msgs in read_to_end(settings, "txlog", timeout_s=timeout_s, marks=marks)
                 for m in msgs):
@@ -361,6 +410,8 @@ def expected_queues(settings: Settings, timeout_s: float = 120.0,
                 > MAX_ID_BYTES:
             bad += 1
             continue
+        if admission.check(decoded.name, rec, msg.value()) is not None:
+            continue  # refused (another environment, not signed by who may): not applied
         pending.setdefault(peer, []).extend(events_of(decoded.name, rec, msg.offset()))
     for peer, events in pending.items():  # one batch per peer: the model's result does not
         fold.apply(peer, events)             # depend on batch bounds (test_queue_state.py)

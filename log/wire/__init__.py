@@ -60,6 +60,15 @@ from tidemark.log.wire.scanners import (
 )
 from tidemark.log.wire.selfcheck import require_same_as_fastavro, same_as_fastavro, sample_records
 from tidemark.log.wire.send_encoder import SendEncoder
+from tidemark.log.wire.signed import (
+    SIGNATURE_CONTEXT,
+    SIGNED_RECORDS,
+    Sealer,
+    is_signed,
+    seal,
+    signed_message,
+    signed_prefix,
+)
 from tidemark.log.wire.varints import (
     LENGTHS,
     length_bytes,
@@ -83,4 +92,6 @@ __all__ = [
     "ROW_TAG", "ROW_HEAD", "HEAD_SIZE", "Row", "RowError", "encode_row", "decode_row", "is_row",
     "entry_record", "queue_entry",
     "mark_direct", "direct_mark",
+    "SIGNATURE_CONTEXT", "SIGNED_RECORDS", "Sealer", "seal", "signed_prefix", "signed_message",
+    "is_signed",
 ]

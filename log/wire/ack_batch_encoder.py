@@ -4,15 +4,18 @@ generic codec.
 Only the ids and ``timestamp_ms`` change between a peer's batches: the header, ``peer`` and
 ``environment`` are encoded once. The result is fastavro's bytes: this is checked once at
 construction, which raises ``RuntimeError`` if it ever differs (the schema evolved and this
-encoder did not).
+encoder did not). With a ``seal`` (:mod:`tidemark.log.wire.signed`: the peer's signing step)
+each batch is encoded with empty ``signer`` and ``signature`` and then sealed: one signature
+per batch, never per id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidemark.log.exceptions import UnknownSchemaError
+from tidemark.log.exceptions import CodecError, UnknownSchemaError
 from tidemark.log.wire.codec import MARKER, Codec
+from tidemark.log.wire.signed import Sealer
 from tidemark.log.wire.varints import LENGTHS, length_bytes, varint, zigzag_long
 
 __all__ = ["AckBatchEncoder"]
@@ -25,8 +28,10 @@ _PROBES: tuple[tuple[list[str], int], ...] = (
 class AckBatchEncoder:
     """``encode(message_ids, now_ms)``: this peer's encoded AckBatch of ``message_ids``."""
 
-    def __init__(self, codec: Codec, peer_id: str, environment: str) -> None:
+    def __init__(self, codec: Codec, peer_id: str, environment: str,
+                 seal: Sealer | None = None) -> None:
         self._codec, self.peer_id, self.environment = codec, peer_id, environment
+        self._seal = seal
         self.encode = self.encode_with_codec
         try:
             self._head = MARKER + codec.fingerprint_of("AckBatch") + b"".join(
@@ -35,18 +40,22 @@ class AckBatchEncoder:
         except (UnknownSchemaError, UnicodeEncodeError):
             return  # no AckBatch schema, or a name the codec cannot encode: it says so later
         self._check()
-        self.encode = self.encode_fast
+        self.encode = self.encode_fast if seal is None else self.encode_sealed
 
     def _check(self) -> None:
         """Raise ``RuntimeError`` unless :meth:`encode_fast` writes what fastavro writes on
         probes that reach each of its branches (the schema changed and this encoder did not)."""
         for ids, ts in _PROBES:
             record = {"peer": self.peer_id, "environment": self.environment,
-                      "message_ids": ids, "timestamp_ms": ts}
+                      "message_ids": ids, "timestamp_ms": ts, "signer": b"", "signature": b""}
             try:
                 same = self.encode_fast(ids, ts) == self._codec.encode_with_fastavro(
                     "AckBatch", record)
-            except (TypeError, ValueError, KeyError):
+                if same and self._seal is not None:  # the sealed record is fastavro's too
+                    sealed = self._seal(self.encode_fast(ids, ts))
+                    got = self._codec.decode(sealed).record
+                    same = sealed == self._codec.encode_with_fastavro("AckBatch", got)
+            except (TypeError, ValueError, KeyError, CodecError):
                 same = False
             if not same:
                 raise RuntimeError("AckBatchEncoder does not write what fastavro writes for the"
@@ -63,12 +72,23 @@ class AckBatchEncoder:
                 parts.append(raw)
             parts.append(b"\0")
             parts.append(zigzag_long(now_ms))
+            parts.append(b"\0\0")  # signer and signature: empty (unsigned)
             return b"".join(parts)
         except (UnicodeEncodeError, ValueError):
-            return self.encode_with_codec(message_ids, now_ms)
+            return self._unsigned_with_codec(message_ids, now_ms)
+
+    def encode_sealed(self, message_ids: Sequence[str], now_ms: int) -> bytes:
+        """:meth:`encode_fast`, then signed by the peer's ``seal`` (one signature per batch)."""
+        assert self._seal is not None
+        return self._seal(self.encode_fast(message_ids, now_ms))
 
     def encode_with_codec(self, message_ids: Sequence[str], now_ms: int) -> bytes:
-        """The AckBatch through the codec (the reference)."""
+        """The AckBatch through the codec (the reference), sealed if the encoder seals."""
+        value = self._unsigned_with_codec(message_ids, now_ms)
+        return value if self._seal is None else self._seal(value)
+
+    def _unsigned_with_codec(self, message_ids: Sequence[str], now_ms: int) -> bytes:
         return self._codec.encode("AckBatch", {
             "peer": self.peer_id, "environment": self.environment,
-            "message_ids": list(message_ids), "timestamp_ms": now_ms})
+            "message_ids": list(message_ids), "timestamp_ms": now_ms, "signer": b"",
+            "signature": b""})

@@ -105,7 +105,9 @@ def _no_extras(v: bytes, p: int) -> bool:
     return p == len(v)
 
 
-scan_ack_batch: AckBatchScanner = _scanner(_no_extras)
+#: The scanner of the current AckBatch schema (its signer and signature walked, not checked).
+scan_ack_batch: AckBatchScanner = (
+    ack_batch_scanner(list(schemas.load_schema("AckBatch")["fields"])) or _scanner(_no_extras))
 
 
 def ack_batch_header(codec: Codec) -> tuple[bytes, AckBatchScanner] | None:

@@ -55,6 +55,9 @@ class Codec:
         self._headers: dict[str, bytes] = {}
         self._writers: dict[bytes, tuple[str, dict[str, Any]]] = {}
         self._fast: dict[str, Callable[[Mapping[str, Any]], bytes]] = {}
+        #: top-level fields with defaults: what a record may leave out (fastavro needs them)
+        self._defaults: dict[str, dict[str, Any]] = {}
+        self._bytes_defaults: dict[str, list[tuple[str, bytes]]] = {}
         named_schemas: dict[str, Any] = {}
         for name, js in (schema_json or schemas.load_all()).items():
             parsed = cast(dict[str, Any], parse_schema(dict(js), named_schemas=named_schemas))
@@ -63,6 +66,10 @@ class Codec:
             self._named_fp[name] = fp
             self._headers[name] = MARKER + fp
             self._writers[fp] = (name, parsed)
+            self._defaults[name] = {f["name"]: _default_value(f) for f in parsed["fields"]
+                                    if "default" in f}
+            self._bytes_defaults[name] = [(k, v) for k, v in self._defaults[name].items()
+                                          if isinstance(v, bytes)]
             fast = compile_encoder(parsed, MARKER + fp)
             if fast is not None:
                 self._fast[name] = fast
@@ -107,6 +114,9 @@ class Codec:
             header = self._headers[name]
         except KeyError:
             raise UnknownSchemaError(f"no schema named {name!r}") from None
+        defaults = self._defaults[name]
+        if defaults and not defaults.keys() <= record.keys():
+            record = {**defaults, **record}
         buf = io.BytesIO()
         buf.write(header)
         try:
@@ -117,6 +127,9 @@ class Codec:
 
     def encode_with_fastavro(self, name: str, record: Mapping[str, Any]) -> bytes:
         """The same encoding through fastavro's generic writer (the reference)."""
+        defaults = self._defaults[name]
+        if defaults and not defaults.keys() <= record.keys():
+            record = {**defaults, **record}
         buf = io.BytesIO()
         buf.write(self._headers[name])
         schemaless_writer(buf, self._named[name], record)
@@ -143,12 +156,24 @@ class Codec:
                 record = schemaless_reader(buf, writer, None)
             else:
                 record = schemaless_reader(buf, writer, reader)
+                resolved = cast(dict[str, Any], record)
+                for field, default in self._bytes_defaults[name]:
+                    if isinstance(resolved.get(field), str):  # fastavro resolves JSON text
+                        resolved[field] = default
         except Exception as exc:  # fastavro raises EOFError, ValueError, UnicodeDecodeError...
             raise TruncatedRecordError(f"corrupt or truncated {name} body: {exc!r}") from exc
         if buf.tell() != len(data):
             raise TruncatedRecordError(
                 f"{len(data) - buf.tell()} trailing bytes after the {name} body")
         return Decoded(name, record)  # type: ignore[arg-type]
+
+
+def _default_value(field: Mapping[str, Any]) -> Any:
+    """A field's default as a Python value (Avro JSON writes a bytes default as text)."""
+    default = field["default"]
+    if field["type"] == "bytes" and isinstance(default, str):
+        return default.encode("latin-1")
+    return default
 
 
 _DEFAULT: Codec | None = None

@@ -45,7 +45,10 @@ def compile_encoder(schema: Mapping[str, Any], header: bytes
             return None
         prim, nullable = kind
         if "default" in field:
-            env[f"_d{i}"] = field["default"]
+            default = field["default"]
+            if prim == "bytes" and isinstance(default, str):  # Avro JSON: code points 0-255
+                default = default.encode("latin-1")
+            env[f"_d{i}"] = default
             get = f"r.get({field['name']!r}, _d{i})"
         else:
             get = f"r[{field['name']!r}]"

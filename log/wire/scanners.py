@@ -38,13 +38,17 @@ def _send_slow(v: bytes, tail: Tail = _BASE_TAIL) -> bytes | None:
         size, p = read_long(v, walked[0])  # payload: bytes
     except IndexError:
         return None
-    return b"" if size >= 0 and p + size <= len(v) and tail(v, p + size) else None
+    if size >= 0 and p + size <= len(v) and tail(v, p + size):
+        a, b = walked[1][3]
+        return v[a:b]
+    return None
 
 
 def _send_scanner(tail: Tail) -> Scanner:
     """The Send scanner for a layout whose fields after ``payload`` ``tail`` checks."""
     def scan_send(v: bytes) -> bytes | None:
-        """A well-formed Send gives ``b""`` (nothing to index); else None."""
+        """A well-formed Send gives its ``environment`` (ingest keeps its own environment's
+        Sends on this path; a Send indexes nothing); else None."""
         try:  # unrolled for the common case: five strings shorter than 64 bytes
             b = v[10]
             p, o = 11 + (b >> 1), b
@@ -53,7 +57,9 @@ def _send_scanner(tail: Tail) -> Scanner:
             b = v[p]
             p, o = p + 1 + (b >> 1), o | b
             b = v[p]
+            e = p + 1  # the environment starts here
             p, o = p + 1 + (b >> 1), o | b
+            env_end = p
             b = v[p]
             p, o = p + 1 + (b >> 1), o | b
             if o & 0x81:  # a long or negative length
@@ -77,7 +83,7 @@ def _send_scanner(tail: Tail) -> Scanner:
             return _send_slow(v, tail)
         except UnicodeDecodeError:
             return None
-        return b"" if tail(v, p) else None
+        return v[e:env_end] if tail(v, p) else None
     return scan_send
 
 
@@ -131,7 +137,7 @@ def _purge_scanner(tail: Tail) -> Scanner:
 _ONE_VARINT = tail_check(1, ())
 scan_send = _send_scanner(_BASE_TAIL)
 scan_ack = _ack_scanner(_ONE_VARINT)
-scan_purge = _purge_scanner(_ONE_VARINT)
+scan_purge = _purge_scanner(_ONE_VARINT)  # the base layout; the current one: scanner_for
 
 
 # The base field layouts the scanners walk, and how many long/int fields end each; a schema

@@ -37,9 +37,11 @@ from typing import Any
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
+from tidemark.gossip.record_signing import SignatureVerifier, verifier_of
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import Transport
+from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError
 from tidemark.log.offsets import end_offsets
@@ -63,11 +65,13 @@ class ReplayFailedError(RuntimeError):
 
 
 def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end: int,
-              lookback_ms: int = 30_000) -> Tail:
+              lookback_ms: int = 30_000, admission: TxlogAdmission | None = None) -> Tail:
     """:class:`~tidemark.peer_client.replay.tail.Tail`: ``peer_id``'s records in txlog/``partition``
     ``[start, end)``, the stretch the queues had not read when a replay started on what they
     covered, plus the acks of the ``lookback_ms`` before ``start`` (an Ack may precede its
-    Send). Only the peer's own records are decoded (they carry its key)."""
+    Send). Only the peer's own records are decoded (they carry its key); with ``admission``
+    (the peer's environment and, in secure mode, its CAs) only those the queues job would
+    apply are folded: a forged Ack in the tail does not hide a message from the replay."""
     tail = Tail(start, end)
     if end <= start:
         return tail
@@ -98,8 +102,12 @@ def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end:
                     dec = reader.decode(value)
                 except CodecError:
                     continue
-                if dec.record.get("peer") == peer_id:
-                    tail.fold(dec.name, dec.record, off, acks_only=off < start)
+                if dec.record.get("peer") != peer_id:
+                    continue
+                if admission is not None and admission.check(dec.name, dec.record,
+                                                             value) is not None:
+                    continue  # refused by the job and the replicas too (dead-lettered)
+                tail.fold(dec.name, dec.record, off, acks_only=off < start)
     finally:
         consumer.close()
     return tail
@@ -169,6 +177,7 @@ class ReplicaReplayer:
         self._epoch_fn = epoch
         self._own_client = client is None
         self.client = client or ReplicaClient()
+        self._verifier: SignatureVerifier | None = None  # the peer's CAs (bind_transport)
         self.follower: TxlogFollower | None = None
         self._stream: Any = None    # the replay stream being read
         self.stage = "idle"
@@ -188,7 +197,9 @@ class ReplicaReplayer:
         self._lock = threading.Lock()
 
     def bind_transport(self, transport: Transport) -> None:
-        """Replay over the peer's own transport (its certificate), unless given a client."""
+        """Replay over the peer's own transport (its certificate), unless given a client;
+        the tail is checked against the transport's CAs."""
+        self._verifier = verifier_of(transport)
         if self._own_client:
             self.client.close()
             self.client = ReplicaClient(transport=transport)
@@ -281,8 +292,10 @@ class ReplicaReplayer:
                     self.queues_behind = max(0, end - stream.barrier)
                     if end > stream.barrier:
                         self.stage = "reading the tail"
-                    self._tail = read_tail(self.settings, core.peer_id, stream.partition,
-                                           stream.barrier, end)
+                    self._tail = read_tail(
+                        self.settings, core.peer_id, stream.partition, stream.barrier, end,
+                        admission=TxlogAdmission(core.environment,
+                                                 getattr(self, "_verifier", None)))
                     self.stage = "replay"
                 self._deliver(core, stream)
             except ReplayInterruptedError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.log.load import generate_load
+from tests.support import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set

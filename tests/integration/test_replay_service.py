@@ -20,13 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.replicas import current_epoch, replica_stack, status, txlog_ust
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.gossip.exceptions import PeerForbiddenError, QueuesBehindError, ReplayRefusedError
 from tidemark.gossip.pki import Identity
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import resolve_transport
-from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer

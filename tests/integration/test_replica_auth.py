@@ -14,10 +14,9 @@ import grpc
 import pytest
 
 from tests.replicas import ends, load_to_cut, replica_stack, status, txlog_ust
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.gossip.node_state import NodeState, PartitionRanges
 from tidemark.gossip.service import ReplicaClient, method_path
-from tidemark.log.load import generate_load
 from tidemark.replica.config import load_cluster_file
 from tidemark.stack.replicas import CONFIG_NAME
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.replicas import ends, load_to_cut, replica_stack, status, txlog_ust
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.gossip.service import unpack_records
-from tidemark.log.load import generate_load
 from tidemark.log.offsets import delete_records
 from tidemark.replica.config import load_cluster_file
 from tidemark.stack.launcher import ProcessSpec

@@ -13,9 +13,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.replicas import ends, replica_stack, status, txlog_ust
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.log.consumer import LogConsumer
-from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.wire import default_codec
 from tidemark.stack.replicas import CONFIG_NAME

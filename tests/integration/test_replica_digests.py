@@ -15,10 +15,9 @@ import plyvel
 import pytest
 
 from tests.replicas import ends, load_to_cut, replica_stack, status
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.gossip.service import unpack_records
-from tidemark.log.load import generate_load
 from tidemark.replica.config import load_cluster_file
 from tidemark.replica.digests import RANGE
 from tidemark.replica.store import ADOPT_FILE, data_key

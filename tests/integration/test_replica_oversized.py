@@ -13,9 +13,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.replicas import ends, replica_stack, status, txlog_ust
-from tests.support import wait_for
+from tests.support import generate_load, wait_for
 from tidemark.log.consumer import LogConsumer
-from tidemark.log.load import generate_load
 from tidemark.log.wire import default_codec
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import expected_queues
-from tidemark.log.load import generate_load
+from tests.support import expected_queues, generate_load
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set, ensure_topics

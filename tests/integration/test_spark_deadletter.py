@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.support import converge, expected_queues, tidemark_cli
+from tests.support import converge, expected_queues, sealed, tidemark_cli
 from tidemark.log.consumer import read_to_end
 from tidemark.log.producer import LogProducer
 from tidemark.log.queue_state import is_progress_key, queue_key
@@ -67,9 +67,9 @@ def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
         return value
 
     def fail(mid: str, reason: str) -> None:  # what peer_client appends when a handler raises
-        producer.produce("txlog", PEER, "DeliveryFailed", {
+        producer.produce_raw(settings.topic("txlog"), PEER, sealed(settings, "DeliveryFailed", {
             "message_id": mid, "peer": PEER, "environment": env, "sender": "dl-a",
-            "message_type": "t.Poison", "reason": reason, "timestamp_ms": now})
+            "message_type": "t.Poison", "reason": reason, "timestamp_ms": now}))
 
     original = send("poison")
     send("fine")

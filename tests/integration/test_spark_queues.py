@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support import converge, expected_queues, tidemark_cli
+from tests.support import converge, expected_queues, sealed, tidemark_cli
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
@@ -62,9 +62,9 @@ def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProc
             "message_type": "t.Event", "payload": b"p", "timestamp_ms": now,
             "delivery_count": 0})
 
-    def ack(peer: str, mid: str) -> None:
-        producer.produce("txlog", peer, "Ack", {"message_id": mid, "peer": peer,
-                                                 "environment": env, "timestamp_ms": now})
+    def ack(peer: str, mid: str) -> None:  # what a peer writes: a signed AckBatch
+        producer.produce_raw(settings.topic("txlog"), peer, sealed(settings, "AckBatch", {
+            "message_ids": [mid], "peer": peer, "environment": env, "timestamp_ms": now}))
 
     for i in range(300):
         peer = f"edge-{i % 7}"
@@ -80,8 +80,8 @@ def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProc
         send(peer, f"dup-{i}")            # counts once
     send("edge-3", "late-acked")
     ack("edge-3", "late-acked")
-    producer.produce("txlog", "edge-5", "Purge", {"peer": "edge-5", "environment": env,
-                                                  "timestamp_ms": now})
+    producer.produce_raw(settings.topic("txlog"), "edge-5", sealed(settings, "Purge", {
+        "peer": "edge-5", "environment": env, "timestamp_ms": now}, operator="tests"))
     send("edge-5", "after-purge")
     producer.flush()
     converge(job)

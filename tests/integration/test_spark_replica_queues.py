@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.replicas import current_epoch, replica_stack
-from tests.support import expected_queues
+from tests.support import expected_queues, generate_load, sealed
 from tidemark.gossip.cluster_config import Epoch
 from tidemark.gossip.service import ReplicaClient
-from tidemark.log.load import generate_load
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
 from tidemark.log.wire import entry_record
@@ -54,15 +53,17 @@ class Traffic:
             "payload": mid.encode(), "timestamp_ms": int(time.time() * 1000),
             "delivery_count": 0})
 
-    def ack(self, peer: str, mid: str) -> None:
-        self.producer.produce("txlog", peer, "Ack", {
-            "message_id": mid, "peer": peer, "environment": self.settings.environment,
-            "timestamp_ms": int(time.time() * 1000)})
+    def ack(self, peer: str, mid: str) -> None:  # what a peer writes: a signed AckBatch
+        self.producer.produce_raw(self.settings.topic("txlog"), peer, sealed(
+            self.settings, "AckBatch", {"message_ids": [mid], "peer": peer,
+                                        "environment": self.settings.environment,
+                                        "timestamp_ms": int(time.time() * 1000)}))
 
-    def purge(self, peer: str) -> None:
-        self.producer.produce("txlog", peer, "Purge", {
-            "peer": peer, "environment": self.settings.environment,
-            "timestamp_ms": int(time.time() * 1000)})
+    def purge(self, peer: str) -> None:  # signed by an operator
+        self.producer.produce_raw(self.settings.topic("txlog"), peer, sealed(
+            self.settings, "Purge", {"peer": peer, "environment": self.settings.environment,
+                                     "timestamp_ms": int(time.time() * 1000)},
+            operator="tests"))
 
     def flush(self) -> None:
         self.producer.flush()

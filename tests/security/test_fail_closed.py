@@ -41,6 +41,16 @@ def test_a_node_without_material_refuses_to_start_in_one_line(tmp_path: Path) ->
     assert len(lines) == 1 and "no TLS material for tidemark:node:p0r0" in lines[0], lines
 
 
+def test_a_queues_job_without_ca_material_refuses_to_start_in_one_line(tmp_path: Path) -> None:
+    """The job checks txlog signatures: without a CA bundle it does not start (and says so
+    before it reaches for Kafka)."""
+    out = _tidemark(tmp_path, "queues", "run", "--bootstrap", "127.0.0.1:1",
+                    "--checkpoint", str(tmp_path / "cp"))
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CA material to check txlog signatures" in lines[0], lines
+
+
 def test_the_cli_refuses_and_insecure_warns(tmp_path: Path) -> None:
     out = _tidemark(tmp_path, "replica", "status", "--address", "127.0.0.1:1")
     assert out.returncode != 0 and out.stderr.count("\n") == 1

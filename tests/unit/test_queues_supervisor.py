@@ -117,7 +117,20 @@ def test_failed_queries_are_restarted_with_backoff_until_a_stop(
     assert "restart=2 backoff_s=2.0" in lines[1] and "restart=3 backoff_s=4.0" in lines[2]
     status = read_status(h.status)
     assert status == {"pid": os.getpid(), "state": "stopped", "restarts": 3,
-                      "last_error": "[STREAM_FAILED] third", "last_restart_ms": 42}
+                      "last_error": "[STREAM_FAILED] third", "last_restart_ms": 42,
+                      "counters": {}}
+
+
+def test_counters_reach_the_status_file_when_they_change(tmp_path: Path) -> None:
+    from tidemark.spark_streaming.supervisor import Supervisor
+    path = tmp_path / "supervisor.json"
+    sup = Supervisor(path)
+    sup.set_counters({"poison": 0, "refused_environment": 1, "refused_signature": 2})
+    assert read_status(path)["counters"] == {"poison": 0, "refused_environment": 1,
+                                             "refused_signature": 2}
+    path.unlink()
+    sup.set_counters({"poison": 0, "refused_environment": 1, "refused_signature": 2})
+    assert not path.exists()  # unchanged: not rewritten
 
 
 def test_a_healthy_run_resets_the_backoff(tmp_path: Path) -> None:

@@ -225,7 +225,11 @@ def bench_queues(settings: Settings, transactions: int = 100_000, rate: int = 20
         _say(f"throughput phase: backlog of {transactions} transactions")
         start = end_offsets(bench, "txlog")
         t0 = time.monotonic()
-        load = generate_load(bench, peers=100, messages=int(transactions / 1.5), ack_ratio=0.5)
+        from tidemark.gossip.record_signing import load_sealers
+        # acks as peers write them (signed AckBatch): the job refuses unsigned ones
+        load = generate_load(bench, peers=100, messages=int(transactions / 1.5), ack_ratio=0.5,
+                             sealers=load_sealers(bench.environment,
+                                                  Path(state_dir) if state_dir else None))
         produced_s = time.monotonic() - t0
         end = {int(p): o for p, o in load.end_offsets.items()}
         job.wait_for_progress(600, end)

@@ -91,8 +91,10 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
+    from tidemark.gossip.record_signing import sealer_of
     from tidemark.peer_client.operator import purge_peer
-    out = purge_peer(settings_from_args(args), args.peer_id, args.environment)
+    seal = sealer_of(operator_transport())  # signed as the operator (fails closed: no TLS)
+    out = purge_peer(settings_from_args(args), args.peer_id, args.environment, seal=seal)
     if args.json:
         print_json(out)
     else:

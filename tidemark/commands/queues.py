@@ -33,7 +33,8 @@ def _run(args: argparse.Namespace) -> int:
         driver_memory=args.driver_memory, log_level=args.spark_log_level,
         fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions,
         state_groups=args.state_groups, max_restarts=args.max_restarts,
-        status_file=_status_file(args))
+        status_file=_status_file(args),
+        state_dir=str(args.state_dir) if args.state_dir else None)
     return run_job(settings, options,
                    ready=_touch(Path(args.ready_file)) if args.ready_file else None)
 

@@ -23,9 +23,15 @@ def _load(args: argparse.Namespace) -> int:
         raise ConfigError("--peers must be >= 1 and --messages >= 0")
     if not 0.0 <= args.ack_ratio <= 1.0:
         raise ConfigError("--ack-ratio must be between 0 and 1")
-    result = generate_load(settings_from_args(args), peers=args.peers, messages=args.messages,
+    from tidemark.gossip.record_signing import load_sealers
+    settings = settings_from_args(args)
+    # acks signed as each recipient when this process may sign from the cluster's CA
+    # folder (the local stack, TIDEMARK_TLS_ISSUER); else single-id Acks (insecure clusters)
+    result = generate_load(settings, peers=args.peers, messages=args.messages,
                            ack_ratio=args.ack_ratio, payload_bytes=args.payload_bytes,
-                           seed=args.seed, progress=stderr_progress("load"))
+                           seed=args.seed, progress=stderr_progress("load"),
+                           sealers=load_sealers(settings.environment,
+                                                getattr(args, "state_dir", None)))
     if args.json:
         print_json(result.summary())
     else:

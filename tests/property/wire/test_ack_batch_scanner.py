@@ -30,9 +30,13 @@ longs = st.integers(-(1 << 63), (1 << 63) - 1)
 
 
 def batches() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda p, e, ids, ts: CODEC.encode("AckBatch", {
-        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts}),
-        text, text, st.lists(text, max_size=150), longs)
+    """AckBatches as peers write them: unsigned (empty signer and signature) or signed (a
+    certificate and a signature of any length: the scanner walks them, never checks them)."""
+    return st.builds(lambda p, e, ids, ts, signer, sig: CODEC.encode("AckBatch", {
+        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts,
+        "signer": signer, "signature": sig}),
+        text, text, st.lists(text, max_size=150), longs, st.binary(max_size=600),
+        st.binary(max_size=80))
 
 
 def expected(value: bytes) -> tuple[int, bytes, list[bytes], int] | None:
@@ -58,7 +62,8 @@ def test_valid_batches_scan_like_the_codec(value: bytes) -> None:
     assert scan_ack_batch(value) == expected(value)  # valid: always the fast path
 
 
-def _blocks(peer: str, ids: list[str], sizes: list[int], ts: int, sized: bool) -> bytes:
+def _blocks(peer: str, ids: list[str], sizes: list[int], ts: int, sized: bool,
+            signer: bytes = b"", signature: bytes = b"") -> bytes:
     """An AckBatch whose array is written in blocks of ``sizes`` ids (``sized``: each block
     with a negative count and its byte size, as Avro allows)."""
     def s(x: str) -> bytes:
@@ -73,20 +78,23 @@ def _blocks(peer: str, ids: list[str], sizes: list[int], ts: int, sized: bool) -
         out.append(body)
     out.append(b"\0")
     out.append(zigzag_long(ts))
+    out.append(zigzag_long(len(signer)) + signer + zigzag_long(len(signature)) + signature)
     return b"".join(out)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(text, min_size=1, max_size=60), st.data(), st.booleans(), longs)
+@given(st.lists(text, min_size=1, max_size=60), st.data(), st.booleans(), longs,
+       st.binary(max_size=300), st.binary(max_size=80))
 def test_arrays_in_several_blocks_read_like_the_codec(ids: list[str], data: st.DataObject,
-                                                       sized: bool, ts: int) -> None:
+                                                       sized: bool, ts: int, signer: bytes,
+                                                       signature: bytes) -> None:
     sizes: list[int] = []
     left = len(ids)
     while left:
         n = data.draw(st.integers(1, left))
         sizes.append(n)
         left -= n
-    value = _blocks("peer-é", ids, sizes, ts, sized)
+    value = _blocks("peer-é", ids, sizes, ts, sized, signer, signature)
     assert expected(value) is not None
     assert scan_ack_batch(value) == expected(value)
 
@@ -97,6 +105,7 @@ def test_poison_examples() -> None:
     assert scan_ack_batch(good) == (ACK_BATCH, b"p", [b"m-1", b"m-2"], 7)
     bad_utf8 = good.replace(b"m-2", b"m\xff2")
     assert scan_ack_batch(bad_utf8) is None and expected(bad_utf8) is None
+    assert good.endswith(b"\0\0")  # unsigned: signer and signature empty
     count_at = 10 + 2 + 8  # after the header, "p" and "default"
     assert good[count_at] == 4  # two ids, zigzag-encoded
     huge_count = good[:count_at] + zigzag_long(1 << 40) + good[count_at + 1:]

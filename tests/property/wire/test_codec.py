@@ -25,7 +25,12 @@ RECORDS = {
         "message_type": text, "payload": blob, "timestamp_ms": long_, "delivery_count": int_}),
     "Ack": st.fixed_dictionaries({"message_id": text, "peer": text, "environment": text,
                                   "timestamp_ms": long_}),
-    "Purge": st.fixed_dictionaries({"peer": text, "environment": text, "timestamp_ms": long_}),
+    "Purge": st.fixed_dictionaries({"peer": text, "environment": text, "timestamp_ms": long_},
+                                   optional={"signer": blob, "signature": blob}),
+    "AckBatch": st.fixed_dictionaries({"peer": text, "environment": text,
+                                       "message_ids": st.lists(text, max_size=5),
+                                       "timestamp_ms": long_},
+                                      optional={"signer": blob, "signature": blob}),
     "QueueEntry": st.fixed_dictionaries({
         "peer": text, "message_id": text, "sender": text, "message_type": text,
         "payload": blob, "timestamp_ms": long_, "txlog_partition": int_,
@@ -54,8 +59,8 @@ def test_round_trip(item: tuple[str, dict]) -> None:
 
 def _defaults(name: str) -> dict:
     """Field defaults of schema ``name`` (fields a generated record may leave out)."""
-    return {f["name"]: f["default"] for f in schemas.load_schema(name)["fields"]
-            if "default" in f}
+    return {f["name"]: f["default"].encode("latin-1") if f["type"] == "bytes" else f["default"]
+            for f in schemas.load_schema(name)["fields"] if "default" in f}
 
 
 @given(ANY_RECORD, st.data())

@@ -123,6 +123,34 @@ def test_the_ack_batch_encoder_writes_what_fastavro_writes(
             "peer": peer, "environment": environment, "message_ids": ids, "timestamp_ms": ts})
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=BIG)
+@given(peer=st.text(max_size=30), environment=st.text(max_size=12),
+       ids=st.lists(text | st.text(min_size=60, max_size=70), max_size=6), ts=longs,
+       signer=st.binary(max_size=700), signature=st.binary(max_size=80))
+def test_a_sealed_ack_batch_is_fastavros_with_its_signer_and_signature(
+        peer: str, environment: str, ids: list[str], ts: int, signer: bytes,
+        signature: bytes) -> None:
+    """With a seal (the peer's signing step; here a fixed certificate and signature), the
+    encoder writes fastavro's bytes of the record holding both, and the signed part is the
+    unsigned encoding without its two empty fields."""
+    from tidemark.log.wire import SIGNATURE_CONTEXT, seal, signed_message
+    signed: list[bytes] = []
+
+    def sign(message: bytes) -> bytes:
+        signed.append(message)
+        return signature
+    enc = AckBatchEncoder(CODEC, peer, environment, lambda v: seal(v, signer, sign))
+    value = enc.encode(ids, ts)
+    record = {"peer": peer, "environment": environment, "message_ids": ids, "timestamp_ms": ts}
+    assert value == CODEC.encode_with_fastavro("AckBatch", {**record, "signer": signer,
+                                                            "signature": signature})
+    unsigned = CODEC.encode_with_fastavro("AckBatch", {**record, "signer": b"",
+                                                       "signature": b""})
+    assert signed[-1] == SIGNATURE_CONTEXT + unsigned[:-2]
+    assert signed_message(value, signer, signature) == signed[-1]
+    assert enc.encode_with_codec(ids, ts) == value
+
+
 def test_the_ack_batch_encoder_refuses_a_schema_it_does_not_write() -> None:
     from tidemark import schemas
     from tidemark.log.wire import Codec

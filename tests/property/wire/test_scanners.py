@@ -41,15 +41,21 @@ def acks() -> st.SearchStrategy[bytes]:
         "message_id": m, "peer": p, "environment": e, "timestamp_ms": ts}), text, text, text, longs)
 
 
+#: signer (a certificate) and signature of a signed record, or both empty (unsigned)
+signers = st.binary(max_size=400)
+signatures = st.binary(max_size=80)
+
+
 def purges() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda p, e, ts: CODEC.encode("Purge", {
-        "peer": p, "environment": e, "timestamp_ms": ts}), text, text, longs)
+    return st.builds(lambda p, e, ts, c, s: CODEC.encode("Purge", {
+        "peer": p, "environment": e, "timestamp_ms": ts, "signer": c, "signature": s}),
+        text, text, longs, signers, signatures)
 
 
 def batches() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda p, e, ids, ts: CODEC.encode("AckBatch", {
-        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts}),
-        text, text, st.lists(text, max_size=150), longs)
+    return st.builds(lambda p, e, ids, ts, c, s: CODEC.encode("AckBatch", {
+        "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts, "signer": c,
+        "signature": s}), text, text, st.lists(text, max_size=150), longs, signers, signatures)
 
 
 def expected(value: bytes) -> bytes | tuple | None:
@@ -67,7 +73,7 @@ def expected(value: bytes) -> bytes | tuple | None:
         return f"{dec.record['peer']}\0{dec.record['message_id']}".encode()
     if dec.name == "Purge":
         return dec.record["peer"].encode()
-    return b""
+    return dec.record["environment"].encode()  # a Send: its environment (ingest filters on it)
 
 
 def scan(value: bytes) -> bytes | tuple | None:
@@ -113,7 +119,7 @@ def test_poison_examples() -> None:
     good = CODEC.encode("Send", {
         "message_id": "m", "sender": "a", "recipient": "peer-x", "environment": "default",
         "message_type": "t", "payload": b"x" * 50, "timestamp_ms": 1, "delivery_count": 0})
-    assert scan(good) == b""
+    assert scan(good) == b"default"  # a Send's scan is its environment
     assert scan(good[:30]) is None
     assert scan(b"not avro at all") is None
     bad_utf8 = good[:11] + b"\xff" + good[12:]  # message_id "m" -> invalid byte
@@ -151,7 +157,7 @@ def test_layouts_with_fields_without_defaults_get_no_scanner() -> None:
 def test_appended_fields_are_walked_and_mutations_agree_with_the_codec(
         value: bytes, data: st.DataObject) -> None:
     assert WIDE_SCAN is not None
-    assert WIDE_SCAN(value) == b""
+    assert WIDE_SCAN(value) == b"e"
     cut = data.draw(st.integers(10, len(value) - 1))
     assert WIDE_SCAN(value[:cut]) is None
     raw = bytearray(value)
@@ -171,7 +177,7 @@ def test_direct_incarnation_takes_the_fast_path() -> None:
             "message_id": "m", "sender": "a", "recipient": "peer-x", "environment": "default",
             "message_type": "t", "payload": b"x" * 50, "timestamp_ms": 1, "delivery_count": 0,
             "direct_incarnation": inc})
-        assert scan(value) == b""
+        assert scan(value) == b"default"
         assert scan(value[:-1]) is None and scan(value + b"\0") is None
 
 
