@@ -6,17 +6,18 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidemark.log import registry
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
 from tidemark.log.topics import require_topics
 from tidemark.log.wire import Sealer
 
-__all__ = ["LoadResult", "generate_load", "stderr_progress", "ACK_BATCH"]
+__all__ = ["LoadResult", "generate_load", "stderr_progress", "progress_wanted", "ACK_BATCH"]
 
 #: The most ids of one signed AckBatch the load generator writes.
 ACK_BATCH = 100
@@ -134,10 +135,22 @@ def _drain(producer: LogProducer, stall_s: float = 30.0) -> None:
     producer.flush(stall_s if remaining else 1.0)
 
 
+def progress_wanted(env: Mapping[str, str], tty: bool) -> bool:
+    """Whether to print progress: ``TIDEMARK_PROGRESS`` when set (true or false; anything
+    else is a :class:`~tidemark.log.exceptions.ConfigError`), else whether stderr is a
+    terminal."""
+    spec = registry.setting("progress")
+    text = env.get(spec.env, "")
+    return bool(spec.parse(text)) if text.strip() else tty
+
+
 def stderr_progress(label: str) -> Callable[[int, int], None]:
-    """A progress callback printing ``label: done/total`` to stderr when it is a terminal."""
+    """A progress callback printing ``label: done/total`` to stderr (see
+    :func:`progress_wanted`)."""
+    wanted = progress_wanted(os.environ, sys.stderr.isatty())
+
     def report(done: int, total: int) -> None:
-        if sys.stderr.isatty() or os.environ.get("TIDEMARK_PROGRESS"):
+        if wanted:
             print(f"\r{label}: {done}/{total}", end="\n" if done >= total else "",
                   file=sys.stderr, flush=True)
     return report
