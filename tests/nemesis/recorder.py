@@ -1,8 +1,8 @@
 """What a nemesis run records for the checker (:mod:`tidemark.nemesis`): the replica nodes'
 states sampled over time by an observer on the bridge (interval maps, cuts and GC points,
-from each node's own ``Status``; its "GC point" is the floor below which it released
-everything), the Sends and Acks of txlog, and the final interval maps
-and digests of co-replicas."""
+from each node's own ``Status``: its interval map's floor, not a released prefix), the Sends and Acks of txlog, and the final interval maps,
+digests, GC points and released Sends (``Fetch`` of what each node still stores) of
+co-replicas."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from tidemark.gossip.pki import Identity
-from tidemark.gossip.service import ReplicaClient
+from tidemark.gossip.service import ReplicaClient, unpack_records
 from tidemark.gossip.tls import resolve_transport
 from tidemark.log.consumer import read_to_end
 from tidemark.log.settings import Settings
@@ -61,12 +61,12 @@ class Recorder:
                 continue
             base = [tuple(p["base"])] if p["base"][1] > p["base"][0] else []
             held = tuple(tuple(r) for r in base + [tuple(d) for d in p.get("detached", [])])
-            # the checker's "GC point" is what the node has released: its floor (the base
-            # range's start; GC raises it past released records only). The cluster GC point
-            # (status "gc_point") only bounds what the release policy may drop, acked Sends
-            # one by one, so it may pass an unacked Send that stays stored.
+            # no released prefix is claimed: below its GC point a replica releases acked
+            # Sends one by one and keeps unacked ones, and its interval map's floor is the
+            # GC sweep's cursor (what the release verdict judges comes from final()); the
+            # floor is where its holdings start, for the cut verdict
             parts[int(tp.split("/")[1])] = PartitionSample(
-                held, doc.get("ust", {}).get(tp), int(p["base"][0]))
+                held, doc.get("ust", {}).get(tp), None, int(p["base"][0]))
         return Sample(t, node, parts)
 
     def _run(self) -> None:
@@ -80,10 +80,22 @@ class Recorder:
         self._stop.set()
         self._thread.join(10)
 
-    def final(self, partitions: list[int]) -> Final:
-        """Each node's interval map and digest per partition, over the range both hold."""
+    def stored(self, node: str, partition: int, start: int, end: int) -> set[int]:
+        """The offsets of ``[start, end)`` whose records ``node`` stores (``Fetch``)."""
+        out: set[int] = set()
+        for lo in range(start, end, 500):
+            body = json.dumps({"partition": partition, "start": lo,
+                               "end": min(end, lo + 500)}).encode()
+            out.update(off for off, _ in unpack_records(
+                self.client.call(self.nodes[node], "Fetch", body, 10)))
+        return out
+
+    def final(self, partitions: list[int], sends: dict[int, list[SendAck]]) -> Final:
+        """Each node's interval map and digest per partition (over the range both hold),
+        its GC point, and the recorded ``sends`` it no longer stores (released)."""
         out = Final()
         samples = {n: self.sample(n) for n in self.nodes}
+        gc = {n: (self.status(n) or {}).get("gc_point", {}) for n in self.nodes}
         for k in partitions:
             ends = [max((r[1] for r in s.partitions[k].held), default=0)
                     for s in samples.values() if s is not None and k in s.partitions]
@@ -93,8 +105,14 @@ class Recorder:
                     continue
                 body = json.dumps({"partition": k, "start": 0, "end": end}).encode()
                 reply = json.loads(self.client.call(self.nodes[node], "Digest", body, 10))
+                top = max((r[1] for r in s.partitions[k].held), default=0)
+                have = self.stored(node, k, 0, top)
+                released = tuple(sorted(a.offset for a in sends.get(k, [])
+                                        if a.offset < top and a.offset not in have))
+                point = gc[node].get(f"txlog/{k}")
                 out.nodes.setdefault(node, {})[k] = FinalPartition(
-                    s.partitions[k].held, f"{reply['digest']}:{reply['count']}")
+                    s.partitions[k].held, f"{reply['digest']}:{reply['count']}", released,
+                    None if point is None else int(point))
         return out
 
     def close(self) -> None:

@@ -8,7 +8,8 @@ and the counts. A failing checker names the first violating id or offset.
 - **replica isolated then healed**: one node (chosen by the seed) is cut from every other
   host for a while under traffic, then healed: confirmations stall (the cut cannot claim what
   the isolated node does not hold), nothing confirmed is lost or handled twice, the cut never
-  over-claims, the GC point never passes an unacked Send, and after healing the pair
+  over-claims, no node released a Send before its Ack lay below its GC point, and after
+  healing the pair
   converges (equal interval maps and digests) within the bound docs/partitions.md states.
 """
 
@@ -157,8 +158,8 @@ def test_replica_isolated_then_healed(hosts_cluster: tuple[LocalStack, Hosts], s
         dedup={recipient: True},
         samples=recorder.samples,
         owners={k: sorted(nodes) for k in partitions},
-        acks=sends_and_acks(stack.settings(), recipient, partitions),
-        final=recorder.final(partitions))
+        acks=(acks := sends_and_acks(stack.settings(), recipient, partitions)),
+        final=recorder.final(partitions, acks))
     history.final.pairs = [Convergence(k, tuple(sorted(nodes)), healed_at, converged_at)
                            for k in partitions]
     recorder.close()

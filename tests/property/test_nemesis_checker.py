@@ -162,8 +162,22 @@ def converge(h: History, rnd: random.Random) -> tuple[History, str] | None:
     return h, f"txlog/{p}:"
 
 
+def release(h: History, rnd: random.Random) -> tuple[History, str] | None:
+    """A node no longer stores a Send that was never acked (a GC that released it)."""
+    cands = [(p, a) for p, xs in sorted(h.acks.items()) for a in xs if a.acked_by is None
+             and any(p in h.final.nodes.get(n, {}) for n in h.owners.get(p, []))]
+    if not cands:
+        return None
+    p, a = rnd.choice(cands)
+    n = rnd.choice([n for n in h.owners[p] if p in h.final.nodes.get(n, {})])
+    f = h.final.nodes[n][p]
+    h.final.nodes[n][p] = FinalPartition(f.held, f.digest, (a.offset,), a.offset + 1)
+    return h, f"txlog/{p}@{a.offset}: Send {a.message_id} released by {n}"
+
+
 INJECT: dict[str, Callable[[History, random.Random], tuple[History, str] | None]] = {
-    "lost": lost, "twice": twice, "order": order, "cut": cut, "gc": gc, "converge": converge}
+    "lost": lost, "twice": twice, "order": order, "cut": cut, "gc": gc, "release": release,
+    "converge": converge}
 
 
 @settings(max_examples=300, deadline=None)

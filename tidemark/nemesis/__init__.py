@@ -19,6 +19,7 @@ from tidemark.nemesis.checker import (
     check_gc,
     check_lost,
     check_order,
+    check_release,
     check_twice,
 )
 from tidemark.nemesis.faults import FaultUnavailable, Nemesis
@@ -40,6 +41,7 @@ from tidemark.nemesis.history import (
 
 __all__ = ["Nemesis", "FaultUnavailable", "CHECKS", "Bounds", "Report", "Verdict", "check",
            "check_converge", "check_cut",
-           "check_gc", "check_lost", "check_order", "check_twice", "Confirmed", "Convergence",
+           "check_gc", "check_lost", "check_order", "check_release", "check_twice",
+           "Confirmed", "Convergence",
            "Event", "Final", "FinalPartition", "Handled", "History", "HistoryLog",
            "PartitionSample", "Sample", "SendAck", "history_from_lines", "read_history"]

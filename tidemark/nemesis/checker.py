@@ -199,8 +199,9 @@ def check_cut(h: History) -> Verdict:
 
     For each owner ``w`` the witness is ``w``'s first sample of ``p`` at or after ``t`` (its
     own sample at ``t`` when ``w`` is the claimant): it must cover ``[min(g, o), o)``, ``g``
-    being the witness's GC point (0 if none). Holdings only grow except below the GC point,
-    so an offset the witness misses was missing at ``t`` too: every violation is certain
+    being where the witness's holdings start (its floor, else its GC point, else 0).
+    Holdings only grow except below that start, so an offset the witness misses was missing
+    at ``t`` too: every violation is certain
     (a witness that covers the range proves nothing about ``t``; the check is sound, not
     complete). An owner with no such sample, or a partition without known owners, is
     counted in ``unknown``, not as a violation. Cuts of 0 claim nothing.
@@ -225,7 +226,7 @@ def check_cut(h: History) -> Verdict:
                 unknown += 1
                 continue
             wt, wp = witness
-            miss = first_missing(wp.held, min(wp.gc_point or 0, o), o)
+            miss = first_missing(wp.held, min(wp.start, o), o)
             if miss is not None:
                 t.add(f"txlog/{p}@{miss}: cut {o} claimed by {s.node} at t={s.t_ms} ms, owner"
                       f" {w} does not hold it at t={wt} ms")
@@ -318,12 +319,36 @@ def check_converge(h: History, bounds: Bounds) -> Verdict:
     return t.verdict("converge", checked, unknown, slowest_ms=slowest)
 
 
+def check_release(h: History) -> Verdict:
+    """**release**: every recorded Send a node no longer stores after the run (``final``
+    ``released``) lies below that node's GC point and was acked by a record below it too:
+    nothing was released before it was acked and stable. A released offset that is not a
+    recorded Send, or a node without a known GC point, is counted in ``unknown``."""
+    index = {p: {a.offset: a for a in xs} for p, xs in h.acks.items()}
+    t, checked, unknown = _Tally(), 0, 0
+    for node in sorted(h.final.nodes):
+        for p, f in sorted(h.final.nodes[node].items()):
+            for off in f.released:
+                send = index.get(p, {}).get(off)
+                if send is None or f.gc_point is None:
+                    unknown += 1
+                    continue
+                checked += 1
+                if off >= f.gc_point or send.acked_by is None or send.acked_by >= f.gc_point:
+                    how = ("never acked" if send.acked_by is None
+                           else f"acked at {send.acked_by}")
+                    t.add(f"txlog/{p}@{off}: Send {send.message_id} released by {node}, {how},"
+                          f" GC point {f.gc_point}")
+    return t.verdict("release", checked, unknown)
+
+
 CHECKS: dict[str, Callable[[History, Bounds], Verdict]] = {
     "lost": lambda h, b: check_lost(h),
     "twice": lambda h, b: check_twice(h),
     "order": lambda h, b: check_order(h),
     "cut": lambda h, b: check_cut(h),
     "gc": lambda h, b: check_gc(h),
+    "release": lambda h, b: check_release(h),
     "converge": check_converge,
 }
 """Every check by name, in the report's order."""

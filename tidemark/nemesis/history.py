@@ -88,17 +88,28 @@ class PartitionSample:
 
     held: tuple[Range, ...]
     cut: int | None = None
+    #: a released prefix: everything below it is released (None: the system claims none)
     gc_point: int | None = None
+    #: where the node's holdings start (its interval map's floor) when it is not the GC
+    #: point: a system that releases records one by one below a GC point (Tidemark's
+    #: replicas keep unacked Sends there) reports the floor here and no ``gc_point``
+    floor: int | None = None
+
+    @property
+    def start(self) -> int:
+        """Where the holdings are judged from: the floor, else the GC point, else 0."""
+        return self.floor if self.floor is not None else (self.gc_point or 0)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"held": [list(r) for r in self.held], "cut": self.cut, "gc_point": self.gc_point}
+        return {"held": [list(r) for r in self.held], "cut": self.cut, "gc_point": self.gc_point,
+                "floor": self.floor}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> PartitionSample:
         """Inverse of :meth:`to_dict`."""
         return PartitionSample(_ranges(d.get("held") or ()), _opt_int(d.get("cut")),
-                               _opt_int(d.get("gc_point")))
+                               _opt_int(d.get("gc_point")), _opt_int(d.get("floor")))
 
 
 @dataclass(frozen=True)
@@ -150,15 +161,22 @@ class FinalPartition:
 
     held: tuple[Range, ...]
     digest: str
+    #: offsets of recorded Sends the node no longer stores (it released them)
+    released: tuple[int, ...] = ()
+    #: the node's GC point then (releases must lie below it, their Acks too)
+    gc_point: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"held": [list(r) for r in self.held], "digest": self.digest}
+        return {"held": [list(r) for r in self.held], "digest": self.digest,
+                "released": list(self.released), "gc_point": self.gc_point}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> FinalPartition:
         """Inverse of :meth:`to_dict`."""
-        return FinalPartition(_ranges(d.get("held") or ()), str(d.get("digest", "")))
+        return FinalPartition(_ranges(d.get("held") or ()), str(d.get("digest", "")),
+                              tuple(int(x) for x in d.get("released") or ()),
+                              _opt_int(d.get("gc_point")))
 
 
 @dataclass(frozen=True)
