@@ -238,7 +238,7 @@ def verifier_of(transport: Transport | None) -> SignatureVerifier | None:
     return SignatureVerifier.from_files(transport.files.ca, transport.files.crl)
 
 
-def issuer_signers(state_dir: Path | None = None) -> IssuerSigners | None:
+def issuer_signers(state_dir: str | Path | None = None) -> IssuerSigners | None:
     """Signers from the CA folder this process may sign from (``TIDEMARK_TLS_ISSUER``, else
     the local stack's ``<state>/pki``); None when there is none or in insecure mode."""
     if registry.env_value("insecure"):
@@ -248,7 +248,7 @@ def issuer_signers(state_dir: Path | None = None) -> IssuerSigners | None:
     return IssuerSigners(folder) if (folder / "trust.pem").is_file() else None
 
 
-def load_sealers(environment: str, state_dir: Path | None = None
+def load_sealers(environment: str, state_dir: str | Path | None = None
                  ) -> Callable[[str], Sealer] | None:
     """``recipient -> sealer`` for the load generator's acks (signed as each recipient of
     ``environment``), from :func:`issuer_signers`; None when this process cannot sign."""

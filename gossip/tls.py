@@ -57,9 +57,9 @@ class TlsMissingError(GossipError):
     """No TLS material, and insecure mode not asked for."""
 
 
-def local_pki_dir(state_dir: Path | None = None) -> Path:
+def local_pki_dir(state_dir: str | os.PathLike[str] | None = None) -> Path:
     """The CA folder of the local stack (``<state>/pki``)."""
-    return (state_dir or default_state_dir()) / _LOCAL_PKI
+    return (Path(state_dir) if state_dir else default_state_dir()) / _LOCAL_PKI
 
 
 @dataclass
