@@ -29,7 +29,8 @@ from tidemark.spark_streaming.depth import read_queues
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.load,
+              pytest.mark.timeout(600)]
 
 
 @message("forgetest.Order")

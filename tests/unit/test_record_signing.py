@@ -29,6 +29,10 @@ from tidemark.spark_streaming.transform import (
 )
 
 C = default_codec()
+# the test PKI's certificates are valid from 5 minutes before they were made, and a record
+# counts only if signed within its signer's validity (at its own timestamp): make the PKI
+# (once per process, maybe long after this module was collected) before taking NOW
+pki()
 NOW = int(time.time() * 1000)
 
 
