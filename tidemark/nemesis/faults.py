@@ -69,29 +69,33 @@ class Nemesis:
             run_ip("nft", *f"add rule inet {_TABLE} {rule}".split(), netns=netns)
 
     # ---- faults ---------------------------------------------------------------------------
+    def _cut(self, a: Iterable[str], b: Iterable[str], oneway: bool) -> tuple[list[str],
+                                                                             list[str]]:
+        """Install the rules that cut ``a`` from ``b``; returns both sides, sorted."""
+        sa, sb = sorted(set(a)), sorted(set(b))
+        if set(sa) & set(sb):
+            raise ValueError(f"a host cannot be on both sides: {sorted(set(sa) & set(sb))}")
+        addr_b = "{ " + ", ".join(self.hosts[h].address for h in sb) + " }"
+        addr_a = "{ " + ", ".join(self.hosts[h].address for h in sa) + " }"
+        for h in sa:
+            self._rules(h, f"output ip daddr {addr_b} drop")
+        if not oneway:
+            for h in sa:
+                self._rules(h, f"input ip saddr {addr_b} drop")
+            for h in sb:
+                self._rules(h, f"output ip daddr {addr_a} drop", f"input ip saddr {addr_a} drop")
+        return sa, sb
+
     def partition(self, a: Iterable[str], b: Iterable[str], oneway: bool = False) -> None:
         """Cut hosts ``a`` from hosts ``b``: both ways, or (``oneway``) packets from ``a`` to
         ``b`` only (``b`` → ``a`` still flows; TCP between them then stalls either way)."""
-        a, b = sorted(set(a)), sorted(set(b))
-        if set(a) & set(b):
-            raise ValueError(f"a host cannot be on both sides: {sorted(set(a) & set(b))}")
-        addr_b = "{ " + ", ".join(self.hosts[h].address for h in b) + " }"
-        addr_a = "{ " + ", ".join(self.hosts[h].address for h in a) + " }"
-        for h in a:
-            self._rules(h, f"output ip daddr {addr_b} drop")
-        if not oneway:
-            for h in a:
-                self._rules(h, f"input ip saddr {addr_b} drop")
-            for h in b:
-                self._rules(h, f"output ip daddr {addr_a} drop", f"input ip saddr {addr_a} drop")
-        self._log("partition", a=a, b=b, oneway=oneway)
+        sa, sb = self._cut(a, b, oneway)
+        self._log("partition", a=sa, b=sb, oneway=oneway)
 
     def isolate(self, host: str) -> None:
         """Cut ``host`` from every other host (not from the observer)."""
-        others = [h for h in self.hosts.hosts if h != host]
-        self.partition([host], others)
-        self.events[-1]["kind"] = "isolate"
-        self.events[-1]["host"] = host
+        _, others = self._cut([host], [h for h in self.hosts.hosts if h != host], False)
+        self._log("isolate", host=host, others=others)
 
     def loss(self, host: str, percent: float) -> None:
         """Drop ``percent`` % of ``host``'s packets on its link, both ways, at random."""

@@ -19,6 +19,7 @@ import secrets
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 __all__ = ["Host", "Hosts", "HostsError", "remove_stale", "run_ip"]
@@ -143,15 +144,11 @@ class Hosts:
         self.close()
 
 
-def _owner_dir() -> Any:
-    from pathlib import Path
-    d = Path("/run/tidemark-hosts")
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _owner_file(prefix: str) -> Any:
-    return _owner_dir() / f"{prefix}.json"
+def _owner_file(prefix: str) -> Path:
+    """Where a run records the pid that owns its names (for :func:`remove_stale`)."""
+    folder = Path("/run/tidemark-hosts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{prefix}.json"
 
 
 def _write_owner(hosts: Hosts) -> None:
