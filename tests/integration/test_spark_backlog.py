@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import expected_queues, generate_load
+from tests.support import expected_queues, generate_load, sealed
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings, load_settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
@@ -34,12 +34,13 @@ def _caught_up(job: JobProcess, timeout: float) -> None:
 
 
 def _ack(settings: Settings, peer: str, ids: list[str]) -> None:
+    """What the peer writes: its acks as signed AckBatch records (100 ids each)."""
     producer = LogProducer(settings)
     now = int(time.time() * 1000)
-    for mid in ids:
-        producer.produce("txlog", peer, "Ack", {"message_id": mid, "peer": peer,
-                                                 "environment": settings.environment,
-                                                 "timestamp_ms": now})
+    for i in range(0, len(ids), 100):
+        producer.produce_raw(settings.topic("txlog"), peer, sealed(settings, "AckBatch", {
+            "message_ids": ids[i:i + 100], "peer": peer,
+            "environment": settings.environment, "timestamp_ms": now}))
     producer.flush()
 
 
