@@ -52,22 +52,7 @@ class Recorder:
     def sample(self, node: str) -> Sample | None:
         t = _now_ms()
         doc = self.status(node)
-        if doc is None:
-            return None
-        own = next((r for r in doc.get("nodes", []) if r.get("id") == node), None)
-        parts: dict[int, PartitionSample] = {}
-        for tp, p in (own or {}).get("partitions", {}).items():
-            if not tp.startswith("txlog/"):
-                continue
-            base = [tuple(p["base"])] if p["base"][1] > p["base"][0] else []
-            held = tuple(tuple(r) for r in base + [tuple(d) for d in p.get("detached", [])])
-            # no released prefix is claimed: below its GC point a replica releases acked
-            # Sends one by one and keeps unacked ones, and its interval map's floor is the
-            # GC sweep's cursor (what the release verdict judges comes from final()); the
-            # floor is where its holdings start, for the cut verdict
-            parts[int(tp.split("/")[1])] = PartitionSample(
-                held, doc.get("ust", {}).get(tp), None, int(p["base"][0]))
-        return Sample(t, node, parts)
+        return None if doc is None else sample_of(node, doc, t)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -94,8 +79,10 @@ class Recorder:
         """Each node's interval map and digest per partition (over the range both hold),
         its GC point, and the recorded ``sends`` it no longer stores (released)."""
         out = Final()
-        samples = {n: self.sample(n) for n in self.nodes}
-        gc = {n: (self.status(n) or {}).get("gc_point", {}) for n in self.nodes}
+        t = _now_ms()
+        docs = {n: self.status(n) for n in self.nodes}
+        samples = {n: None if d is None else sample_of(n, d, t) for n, d in docs.items()}
+        gc = {n: (d or {}).get("gc_point", {}) for n, d in docs.items()}
         for k in partitions:
             ends = [max((r[1] for r in s.partitions[k].held), default=0)
                     for s in samples.values() if s is not None and k in s.partitions]
@@ -142,3 +129,21 @@ def sends_and_acks(settings: Settings, recipient: str, partitions: list[int]
                         acked.setdefault(mid, m.offset())
         out[k] = [SendAck(off, mid, acked.get(mid)) for mid, off in sends.items()]
     return dict(out)
+
+
+def sample_of(node: str, doc: dict[str, Any], t: int) -> Sample:
+    """The checker's sample of ``node`` from its own ``Status`` document taken at ``t``."""
+    own = next((r for r in doc.get("nodes", []) if r.get("id") == node), None)
+    parts: dict[int, PartitionSample] = {}
+    for tp, p in (own or {}).get("partitions", {}).items():
+        if not tp.startswith("txlog/"):
+            continue
+        base = [tuple(p["base"])] if p["base"][1] > p["base"][0] else []
+        held = tuple(tuple(r) for r in base + [tuple(d) for d in p.get("detached", [])])
+        # no released prefix is claimed: below its GC point a replica releases acked
+        # Sends one by one and keeps unacked ones, and its interval map's floor is the
+        # GC sweep's cursor (what the release verdict judges comes from final()); the
+        # floor is where its holdings start, for the cut verdict
+        parts[int(tp.split("/")[1])] = PartitionSample(
+            held, doc.get("ust", {}).get(tp), None, int(p["base"][0]))
+    return Sample(t, node, parts)
