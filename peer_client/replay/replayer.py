@@ -13,9 +13,9 @@ after it registered its new incarnation (live messages are held back meanwhile):
    peer's own txlog partition from the barrier of the replay that completed. During the
    handover it dispatches every Send to this peer in txlog order (a held-back live message
    is dropped when its logged copy goes by, so per-sender order holds across the switch and
-   nothing is handled twice), up to the high watermark read after the replay; it repeats
-   while held-back persistent messages have not been seen in the log yet (at most
-   ``handover_rounds`` times). The handover ends on that proof however long it takes (its
+   nothing is handled twice), up to the high watermark read after the replay; it goes on
+   reading while held-back persistent messages have not been seen in the log yet (for at
+   most ``handover_wait_s``: a sender's append may land seconds after its direct copy). The handover ends on that proof however long it takes (its
    progress is in ``status()``); an optional ``handover_timeout_s`` ends it early without
    failing: the held messages are released and the follower goes on delivering what was not
    delivered directly.
@@ -144,8 +144,8 @@ class ReplicaReplayer:
     ``window``: entries per message of the stream and how many may be unacked.
     ``barrier_timeout_ms``: how long a replica waits for the queues job to cover the
     replay's barrier before it gives up (the peer then tries another replica, up to
-    ``attempts`` times). ``handover_rounds``: how often the handover reads to the txlog end
-    while held-back messages are not in the log yet. ``handover_timeout_s``: None (the
+    ``attempts`` times). ``handover_wait_s``: how long the handover, once at the txlog end, keeps
+    reading for held-back messages' logged copies before it releases them as they are. ``handover_timeout_s``: None (the
     default) lets the handover run until its proof; a number ends it after that long
     without failing (held messages are released, the follower keeps delivering).
     ``covered`` (the default): the replay starts on what the queues job already covers
@@ -159,7 +159,7 @@ class ReplicaReplayer:
     def __init__(self, settings: Settings, *, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW,
                  lease_ms: int | None = None, barrier_timeout_ms: int = 300_000,
-                 attempts: int = 5, handover_rounds: int = 5,
+                 attempts: int = 5, handover_wait_s: float = 30.0,
                  handover_timeout_s: float | None = None, covered: bool = True,
                  delivery_limit: int | None = None,
                  epoch: Callable[[], Epoch | None] | None = None,
@@ -167,7 +167,7 @@ class ReplicaReplayer:
         self.settings, self.token = settings, token  # token: see ReplicaClient.peer_token
         self.batch, self.window, self.lease_ms = batch, window, lease_ms
         self.barrier_timeout_ms, self.attempts = barrier_timeout_ms, attempts
-        self.handover_rounds, self.handover_timeout_s = handover_rounds, handover_timeout_s
+        self.handover_wait_s, self.handover_timeout_s = handover_wait_s, handover_timeout_s
         self.covered = covered
         #: as the queues job counts failed deliveries (the ``delivery_limit`` setting)
         self.delivery_limit = (delivery_limit if delivery_limit is not None
@@ -339,7 +339,8 @@ class ReplicaReplayer:
         assert follower is not None
         deadline = (None if self.handover_timeout_s is None
                     else time.monotonic() + self.handover_timeout_s)
-        for _ in range(self.handover_rounds):
+        waiting_until: float | None = None
+        while True:
             target = end_offsets(self.settings, "txlog", [self.partition])[self.partition]
             self.handover_target = target
             self.handover_rounds_run += 1
@@ -355,9 +356,18 @@ class ReplicaReplayer:
             unseen = core.inbox.held_unseen()
             if not unseen:
                 return
+            # a held message's own append may land well after its direct copy (a busy
+            # broker, a producer retrying): wait for the log to grow rather than spin
+            now = time.monotonic()
+            if waiting_until is None:
+                waiting_until = now + self.handover_wait_s
+            if now >= waiting_until or (deadline is not None and now >= deadline):
+                break
+            follower.step(0.2)
         core.inbox.forget_refused()
-        log.info("peer %s: %d held-back or refused live message(s) not in txlog yet after %d"
-                 " rounds; releasing them", core.peer_id, unseen, self.handover_rounds)
+        log.warning("peer %s: %d held-back or refused live message(s) not in txlog %.0f s"
+                    " after the handover reached its end; releasing them", core.peer_id,
+                    unseen, self.handover_wait_s)
 
     def halt(self) -> None:
         """Stop dispatching (the peer is stopping); :meth:`close` releases the rest."""

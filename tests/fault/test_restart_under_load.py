@@ -71,6 +71,9 @@ PEER_SCRIPT = textwrap.dedent("""
     def on_job(msg: Job, ctx: MessageContext) -> None:
         time.sleep(0.0005)
         record.write("done", peer.incarnation, ctx.message_id, msg.n)
+        # how it came, for a failure's message: replayed or live, and the replayer's stage
+        record.write("via", f"{'replay' if ctx.replay else 'live'}/{replayer.stage}",
+                     ctx.message_id, int(getattr(ctx._env, "txlog_offset", -1) or -1))
 
     def returned():
         record.write("returned", peer.incarnation, "-", 0)
@@ -159,11 +162,12 @@ def stop_and_drain(traffic: Traffic, record: HandlerLog) -> set[str]:
 
 
 def check_history(rows: list[tuple[str, str, int]], confirmed: set[str],
-                  redeliverable: set[str]) -> dict[str, Any]:
+                  redeliverable: set[str], via: dict[str, str] | None = None) -> dict[str, Any]:
     """The checker: nothing confirmed lost; no id handled twice by one incarnation; an id
     handled by two incarnations only if it is in ``redeliverable``; each sender's messages
     in order within an incarnation. Returns counts; raises AssertionError naming the first
-    violation."""
+    violation (``via``: how each id came, named in an order violation)."""
+    via = via or {}
     by_id: dict[str, list[str]] = defaultdict(list)
     for inc, mid, _ in rows:
         by_id[mid].append(inc)
@@ -175,11 +179,13 @@ def check_history(rows: list[tuple[str, str, int]], confirmed: set[str],
                                           f" {counts.most_common(1)[0][0]}"
         assert len(incs) == 1 or mid in redeliverable, \
             f"{mid} handled by {incs}, and it was not redeliverable"
-    last: dict[tuple[str, int], int] = {}
+    last: dict[tuple[str, int], tuple[int, str]] = {}
     for inc, mid, n in rows:
         key = (inc, n // STRIDE)
-        assert last.get(key, -1) < n, f"{mid} (n={n}) after n={last[key]} in {inc}"
-        last[key] = n
+        before, before_mid = last.get(key, (-1, ""))
+        assert before < n, f"{mid} (n={n}, {via.get(mid)}) after n={before}" \
+                           f" ({via.get(before_mid)}) in {inc}"
+        last[key] = (n, mid)
     return {"handled": len(rows), "ids": len(by_id),
             "twice": sum(1 for incs in by_id.values() if len(incs) > 1)}
 
@@ -252,7 +258,8 @@ def test_restart_under_load_with_the_serving_replica_killed(
     handled_by_b1 = {m for inc, m, _ in rows if inc == inc1}
     redeliverable = set() if dedup else handled_by_b1 - acked_by(settings, peer_id,
                                                                  rep["barrier"])
-    counts = check_history(rows, confirmed, redeliverable)
+    via = {mid: f"{route}@{off}" for kind, route, mid, off in record.rows() if kind == "via"}
+    counts = check_history(rows, confirmed, redeliverable, via)
     assert {inc for inc, _, _ in rows} == {inc1, inc2}
     assert rep["retries"] >= 1 and rep["nodes"][0] == was_serving, rep
     assert rep["nodes"][-1] != was_serving, rep
