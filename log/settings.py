@@ -22,7 +22,7 @@ from tidemark.log import registry
 from tidemark.log.exceptions import ConfigError
 
 __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_client_settings",
-           "jaas_quote", "TOPICS"]
+           "check_client", "JAVA_ONLY", "jaas_quote", "TOPICS"]
 
 #: Logical topic names; the physical name is ``topic_prefix + name``.
 TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
@@ -152,6 +152,46 @@ def java_client_settings(client: Mapping[str, Any]) -> dict[str, str]:
         out.setdefault("ssl.truststore.type", "PEM")
     _client_certificate(out)
     return out
+
+
+#: Java client keys librdkafka does not know, with what to write instead.
+JAVA_ONLY = {
+    "sasl.jaas.config": "sasl.username and sasl.password (with sasl.mechanism)",
+    "ssl.truststore.location": "ssl.ca.location (a PEM file)",
+    "ssl.truststore.password": "nothing: ssl.ca.location takes an unencrypted PEM file",
+    "ssl.truststore.type": "nothing: ssl.ca.location is PEM",
+    "ssl.keystore.type": "ssl.certificate.location and ssl.key.location (PEM files)",
+    "key.serializer": "nothing: Tidemark encodes its own records",
+    "value.serializer": "nothing: Tidemark encodes its own records",
+    "key.deserializer": "nothing: Tidemark decodes its own records",
+    "value.deserializer": "nothing: Tidemark decodes its own records",
+    "client.dns.lookup": "client.dns.lookup is Java-only; librdkafka resolves every address",
+    "sasl.login.callback.handler.class": "sasl.oauthbearer.method=oidc and its settings",
+}
+_CHECKED: set[frozenset[tuple[str, str]]] = set()
+
+
+def check_client(client: Mapping[str, str], where: str = "[kafka.client]") -> None:
+    """Refuse Kafka client settings up front, with what to write instead: a Java-only key, or
+    a key or value librdkafka rejects (an unknown property, a value out of its range, a
+    certificate file that does not exist). Checked once per distinct set of settings."""
+    items = frozenset((str(k), str(v)) for k, v in client.items())
+    if not items or items in _CHECKED:
+        return
+    for key, _ in sorted(items):
+        if key in JAVA_ONLY:
+            raise ConfigError(f"{where}: {key} is a Java client setting; Tidemark's clients are"
+                              f" librdkafka's: use {JAVA_ONLY[key]}")
+    from confluent_kafka import KafkaException, Producer
+    quiet = logging.getLogger("tidemark.librdkafka.check")
+    quiet.propagate, quiet.disabled = False, True
+    try:
+        Producer({**dict(items), "logger": quiet})
+    except (KafkaException, ValueError, TypeError) as exc:
+        err = exc.args[0] if exc.args else exc
+        text = err.str() if hasattr(err, "str") else str(err)
+        raise ConfigError(f"{where}: {text}") from None
+    _CHECKED.add(items)
 
 
 def _default(name: str) -> Any:
@@ -340,4 +380,5 @@ def load_settings(path: str | os.PathLike[str] | None = None,
                 sources.append(str(state_file))
             except (ValueError, KeyError, AttributeError):
                 raise ConfigError(f"{state_file} is not a valid local-stack state file") from None
+    check_client(client, "Kafka client settings ([kafka.client] or TIDEMARK_KAFKA_*)")
     return Settings(client=client, source=", ".join(sources), **values)

@@ -112,8 +112,15 @@ class PeerScript:
         try:
             out = self._lines.get(timeout=timeout_s)
         except queue.Empty:
-            raise AssertionError(f"no line from the peer process in {timeout_s:g} s:"
-                                 f" {self.child.log_tail(40)}") from None
+            # name where it is stuck: the peer's own status, if it still answers
+            status = "no answer to status"
+            try:
+                self.command("status")
+                status = self._lines.get(timeout=15).strip()
+            except (queue.Empty, OSError):
+                pass
+            raise AssertionError(f"no line from the peer process in {timeout_s:g} s;"
+                                 f" its status: {status}; {self.child.log_tail(40)}") from None
         assert out, f"peer process exited: {self.child.log_tail(40)}"
         return out.strip()
 

@@ -15,8 +15,9 @@ after it registered its new incarnation (live messages are held back meanwhile):
    is dropped when its logged copy goes by, so per-sender order holds across the switch and
    nothing is handled twice), up to the high watermark read after the replay; it goes on
    reading while held-back persistent messages have not been seen in the log yet (for at
-   most ``handover_wait_s``: a sender's append may land seconds after its direct copy). The handover ends on that proof however long it takes (its
-   progress is in ``status()``); an optional ``handover_timeout_s`` ends it early without
+   most ``handover_wait_s``: a sender's append may land seconds after its direct copy).
+   The handover ends on that proof however long it takes (its progress is in
+   ``status()``); an optional ``handover_timeout_s`` ends it early without
    failing: the held messages are released and the follower goes on delivering what was not
    delivered directly.
 3. **Normal.** The follower stays: for as long as the peer runs it dispatches every Send
@@ -144,10 +145,11 @@ class ReplicaReplayer:
     ``window``: entries per message of the stream and how many may be unacked.
     ``barrier_timeout_ms``: how long a replica waits for the queues job to cover the
     replay's barrier before it gives up (the peer then tries another replica, up to
-    ``attempts`` times). ``handover_wait_s``: how long the handover, once at the txlog end, keeps
-    reading for held-back messages' logged copies before it releases them as they are. ``handover_timeout_s``: None (the
-    default) lets the handover run until its proof; a number ends it after that long
-    without failing (held messages are released, the follower keeps delivering).
+    ``attempts`` times). ``handover_wait_s``: how long the handover, once at the txlog
+    end, keeps reading for held-back messages' logged copies before it releases them as
+    they are. ``handover_timeout_s``: None (the default) lets the handover run until its
+    proof; a number ends it after that long without failing (held messages are released,
+    the follower keeps delivering).
     ``covered`` (the default): the replay starts on what the queues job already covers
     instead of waiting for it to reach the txlog end; the peer first reads its own acks,
     failures and purges of the rest from txlog (:mod:`tidemark.peer_client.replay.tail`:

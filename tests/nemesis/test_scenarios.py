@@ -2,15 +2,20 @@
 (p0r0, p0r1 owning every txlog partition) each on a host of its own, a sender and a recipient
 peer each on a host of their own, real traffic at durability ``all`` (the stable cut gates
 every confirmation), a seeded nemesis, and the checker over the recorded history. Each
-scenario runs with 2 seeds and prints one JSON summary: the nemesis events, the verdicts
-and the counts. A failing checker names the first violating id or offset.
+scenario prints one JSON summary: the nemesis events, the verdicts and the counts. A failing
+checker names the first violating id or offset. Every scenario asserts the same verdicts:
+nothing confirmed lost or handled twice, per-sender order, the cut never over-claims, no node
+released a Send before its Ack lay below its GC point, and after healing the pair converges
+(equal interval maps and digests) within the bound docs/partitions.md states.
 
-- **replica isolated then healed**: one node (chosen by the seed) is cut from every other
-  host for a while under traffic, then healed: confirmations stall (the cut cannot claim what
-  the isolated node does not hold), nothing confirmed is lost or handled twice, the cut never
-  over-claims, no node released a Send before its Ack lay below its GC point, and after
-  healing the pair
-  converges (equal interval maps and digests) within the bound docs/partitions.md states.
+- **replica isolated then healed** (2 seeds): one node (chosen by the seed) is cut from every
+  other host for a while under traffic: confirmations stall (the cut cannot claim what the
+  isolated node does not hold);
+- **co-replicas split**: p0r0 and p0r1 cannot reach each other but both reach the brokers
+  (gossip between them stops; each keeps ingesting);
+- **sender and recipient split**: the direct path between the two peers is cut, the log path
+  is up: what the sender could not deliver directly reaches the recipient through txlog;
+- **one broker isolated** (chosen by the seed): leaders move, producers and consumers fail over.
 """
 
 from __future__ import annotations
@@ -101,41 +106,87 @@ def _confirmed(path: Path, sender: str) -> list[Confirmed]:
     return sorted((Confirmed(mid, int(n)) for mid, n in rows), key=lambda c: c.seq)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_replica_isolated_then_healed(hosts_cluster: tuple[LocalStack, Hosts], seed: int,
-                                      tmp_path: Path,
-                                      peer_scripts: Callable[..., PeerScript]) -> None:
+def _isolate_replica(ctx: "Scenario") -> dict[str, object]:
+    victim = sorted(ctx.nodes)[ctx.seed % len(ctx.nodes)]
+    ctx.nemesis.isolate(ctx.hosts.add(victim).name)
+    return {"victim": victim}
+
+
+def _split_replicas(ctx: "Scenario") -> dict[str, object]:
+    a, b = sorted(ctx.nodes)
+    ctx.nemesis.partition([ctx.hosts.add(a).name], [ctx.hosts.add(b).name])
+    return {"a": a, "b": b}
+
+
+def _split_peers(ctx: "Scenario") -> dict[str, object]:
+    ctx.nemesis.partition([ctx.sender_host], [ctx.recipient_host])
+    return {"a": ctx.sender_host, "b": ctx.recipient_host}
+
+
+def _isolate_broker(ctx: "Scenario") -> dict[str, object]:
+    victim = f"broker-{1 + ctx.seed % 3}"
+    ctx.nemesis.isolate(ctx.hosts.add(victim).name)
+    return {"victim": victim}
+
+
+class Scenario:
+    """What a fault function may touch: the hosts, the nemesis, the replica nodes and the
+    peers' hosts."""
+
+    def __init__(self, hosts: Hosts, nemesis: Nemesis, nodes: dict[str, str], seed: int,
+                 sender_host: str, recipient_host: str) -> None:
+        self.hosts, self.nemesis, self.nodes, self.seed = hosts, nemesis, nodes, seed
+        self.sender_host, self.recipient_host = sender_host, recipient_host
+
+
+SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
+    "replica isolated then healed": _isolate_replica,
+    "co-replicas split": _split_replicas,
+    "sender and recipient split": _split_peers,
+    "one broker isolated": _isolate_broker,
+}
+
+
+@pytest.mark.parametrize("name,seed", [("replica isolated then healed", 1),
+                                       ("replica isolated then healed", 2),
+                                       ("co-replicas split", 3),
+                                       ("sender and recipient split", 4),
+                                       ("one broker isolated", 5)])
+def test_scenario(hosts_cluster: tuple[LocalStack, Hosts], name: str, seed: int,
+                  tmp_path: Path, peer_scripts: Callable[..., PeerScript]) -> None:
     stack, hosts = hosts_cluster
     cf = load_cluster_file(stack.state_dir / CONFIG_NAME)
     nodes = {n.node_id: n.address for n in cf.nodes.values()}
-    victim = sorted(nodes)[seed % len(nodes)]
     sender, recipient = f"S{seed}", f"R{seed}"
     record, confirmed_file = HandlerLog(tmp_path / "handled.log"), tmp_path / "confirmed.log"
     nemesis = Nemesis(hosts, seed)
     recorder = Recorder(nodes).start()
+    recipient_host = hosts.add(f"peer-{recipient.lower()}")
+    sender_host = hosts.add(f"peer-{sender.lower()}")
     r = peer_scripts(stack, recipient, RECIPIENT, str(record.path), str(tmp_path / "dedup"),
-                     host=hosts.add(f"peer-{recipient.lower()}"))
+                     host=recipient_host)
     r.ready()
     s = peer_scripts(stack, sender, SENDER, recipient, str(confirmed_file), "200",
-                     host=hosts.add(f"peer-{sender.lower()}"))
+                     host=sender_host)
     s.ready()
+    ctx = Scenario(hosts, nemesis, nodes, seed, sender_host.name, recipient_host.name)
     healed_at = 0
     try:
         s.command("go")
         wait_for(lambda: len(_confirmed(confirmed_file, sender)) >= 500, 120, 0.2,
                  "traffic confirmed before the fault")
-        nemesis.isolate(hosts.add(victim).name)
+        detail = SCENARIOS[name](ctx)
         before = len(_confirmed(confirmed_file, sender))
-        time.sleep(8 + seed)  # the fault's length: a window of time, not a synchronisation
-        stalled = len(_confirmed(confirmed_file, sender)) - before
+        time.sleep(8 + seed % 3)  # the fault's length: a window of time, not a synchronisation
+        during = len(_confirmed(confirmed_file, sender)) - before
         nemesis.heal()
         healed_at = int(time.time() * 1000)
-        wait_for(lambda: len(_confirmed(confirmed_file, sender)) >= before + 500, 120, 0.2,
-                 "traffic confirmed after healing")
+        wait_for(lambda: len(_confirmed(confirmed_file, sender)) >= before + during + 500, 180,
+                 0.2, "traffic confirmed after healing")
         s.command("halt")
         sent = _confirmed(confirmed_file, sender)
         ids = {c.message_id for c in sent}
-        wait_for(lambda: ids <= {mid for _, _, mid, _ in record.rows()}, 120, 0.2,
+        wait_for(lambda: ids <= {mid for _, _, mid, _ in record.rows()}, 180, 0.2,
                  "every confirmed message handled")
 
         def converged() -> bool:
@@ -164,9 +215,9 @@ def test_replica_isolated_then_healed(hosts_cluster: tuple[LocalStack, Hosts], s
                            for k in partitions]
     recorder.close()
     report = check(history, Bounds(converge_s=CONVERGE_S))
-    summary = {"scenario": "replica isolated then healed", "seed": seed, "victim": victim,
+    summary = {"scenario": name, "seed": seed, **detail,
                "events": [e.to_dict() for e in history.events], "confirmed": len(sent),
-               "confirmed_while_isolated": stalled, "samples": len(recorder.samples),
+               "confirmed_during_fault": during, "samples": len(recorder.samples),
                "unanswered_samples": recorder.unanswered, "report": report.to_dict()}
     print(json.dumps(summary))
     assert report.ok, json.dumps(report.to_dict())

@@ -124,8 +124,10 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``queues run``, ``queues depth`` and ``bench queues``."""
     sub = add_group(commands, "queues", "the Spark job materializing per-peer queues")
-    _job_args(add_command(sub, "run", _run,
-                          "run the streaming job (Spark local mode or spark-submit)", json=False))
+    job = add_command(sub, "run", _run,
+                      "run the streaming job (Spark local mode or spark-submit)", json=False)
+    job.set_defaults(service=True)  # librdkafka's warnings in its log
+    _job_args(job)
     depth = add_command(sub, "depth", _depth, "queue depth per peer, from the queues topic")
     depth.add_argument("--peer", default=None, help="only this peer")
     depth.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",

@@ -69,6 +69,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     sub = replica.add_subparsers(dest="replica_command", metavar="COMMAND")
     replica.set_defaults(func=lambda a: (replica.print_help(), 2)[1])
     run = sub.add_parser("run", help="run one replica node")
+    run.set_defaults(service=True)  # librdkafka's warnings in its log
     env_flag(run, "--config", "config",
              help="cluster TOML (default: the local stack's cluster.toml)")
     env_flag(run, "--state-dir", "state_dir")
