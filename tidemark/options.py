@@ -101,7 +101,7 @@ def add_command(sub: argparse._SubParsersAction[Any], name: str,
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help)
     add_settings_args(parser)
     if json:
-        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=func)
     return parser
 
@@ -110,10 +110,10 @@ def add_rounds_args(parser: argparse.ArgumentParser, messages: int = 200_000,
                     rounds: bool = True) -> None:
     """``--messages`` and ``--payload-bytes`` of a throughput bench (and ``--rounds``, the
     rounds whose median it reports); :func:`run_rounds_bench` runs it."""
-    parser.add_argument("--messages", type=int, default=messages)
-    parser.add_argument("--payload-bytes", type=int, default=150)
+    parser.add_argument("--messages", type=int, default=messages, help="messages to send")
+    parser.add_argument("--payload-bytes", type=int, default=150, help="payload bytes per message")
     if rounds:
-        parser.add_argument("--rounds", type=int, default=3)
+        parser.add_argument("--rounds", type=int, default=3, help="rounds; the median is reported")
 
 
 def run_rounds_bench(args: argparse.Namespace,

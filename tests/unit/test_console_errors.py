@@ -56,3 +56,21 @@ def test_an_unexpected_error_is_one_line() -> None:
     line = unexpected(KafkaException(KafkaError(KafkaError._TRANSPORT, "broker gone\nretry")))
     assert line.startswith("tidemark: error: KafkaException: broker gone retry")
     assert "\n" not in unexpected(RuntimeError("two\nlines"))
+
+
+def test_every_option_and_positional_has_help() -> None:
+    import argparse
+
+    from tidemark.console import build_parser
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    walk(sub, [*path, name])
+            elif not isinstance(a, (argparse._HelpAction, argparse._VersionAction)) \
+                    and not a.help:
+                missing.append(f"{' '.join(path)} {'/'.join(a.option_strings) or a.dest}")
+    walk(build_parser(), ["tidemark"])
+    assert not missing, missing

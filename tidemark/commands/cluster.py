@@ -114,11 +114,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         env_flag(p, "--state-dir", "state_dir")
 
     rm = sub.add_parser("remove-node", help="append an epoch without the node")
-    rm.add_argument("node_id")
+    rm.add_argument("node_id", help="the node to remove, e.g. p0r1")
     common(rm)
     rm.set_defaults(func=_remove)
     add = sub.add_parser("add-node", help="append an epoch with a joining node")
-    add.add_argument("node_id")
+    add.add_argument("node_id", help="the node to add, e.g. p0r2")
     add.add_argument("--partition", required=True, help="replica partition, e.g. p0")
     add.add_argument("--address", required=True, help="the node's gRPC HOST:PORT")
     common(add)

@@ -75,4 +75,5 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                                               " once, with its delivery count reset")
     rep.add_argument("id", metavar="ID", help="the dead-lettered message id")
     rep.add_argument("--peer", default=None, help="the recipient (when several have ID)")
-    rep.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS")
+    rep.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                     help="how long to look for the letter")

@@ -143,7 +143,7 @@ def register(commands: argparse._SubParsersAction[Any],
     b.add_argument("--settle", type=float, default=300.0,
                    help="seconds to wait at most, after the fill, for a quiet machine (the"
                         " replicas ingested and compacted the backlog); 0: do not wait")
-    b.add_argument("--timeout", type=float, default=900.0)
+    b.add_argument("--timeout", type=float, default=900.0, help="seconds before the bench gives up")
     b.add_argument("--no-security-compare", dest="security_compare", action="store_false",
                    help="replay with mutual TLS only, not beside --insecure (no"
                         " security_ratio, no extra backlogs, no node restarts; quicker)")

@@ -86,17 +86,18 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     up.add_argument("--sasl", action="store_true",
                     help="new brokers listen with SASL_PLAINTEXT SCRAM-SHA-256 only; the client"
                          " settings go to the state folder, where every command takes them")
-    up.add_argument("--timeout", type=float, default=180.0)
-    up.add_argument("--json", action="store_true")
+    up.add_argument("--timeout", type=float, default=180.0,
+                    help="seconds to wait for every process to be up")
+    up.add_argument("--json", action="store_true", help="print the stack's state as JSON")
     up.set_defaults(func=_local_up)
     status = sub.add_parser("status", help="each process, its address, pid and liveness")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(func=_local_status)
     down = sub.add_parser("down", help="stop everything the stack started")
     down.add_argument("--grace", type=float, default=20.0, help="seconds before SIGKILL")
     down.set_defaults(func=_local_down)
     kill = sub.add_parser("kill", help="SIGKILL one process (broker-1, p0r1, spark)")
-    kill.add_argument("name")
+    kill.add_argument("name", help="the process to kill (broker-1, p0r0, queues-job...)")
     kill.set_defaults(func=_local_kill)
     settle = sub.add_parser("settle", help="wait until the machine is quiet (before a"
                                            " measurement); prints how busy it was")

@@ -193,11 +193,11 @@ def register(commands: argparse._SubParsersAction[Any],
     status = add_command(sub, "status", _status, "a running peer's phase, incarnation, replayed"
                                                  " and forwarded counts, handover duration")
     for p in (purge, status):
-        p.add_argument("peer_id")
+        p.add_argument("peer_id", help="the peer id")
         env_flag(p, "--environment", "environment")
     token = sub.add_parser("token", help="print a peer's credential for replay and pins"
                                          " (signed with the cluster file's secret)")
-    token.add_argument("peer_id")
+    token.add_argument("peer_id", help="the peer the token is for")
     env_flag(token, "--environment", "environment")
     env_flag(token, "--config", "config", help="the cluster TOML (default: the local stack's)")
     env_flag(token, "--state-dir", "state_dir")
@@ -214,8 +214,8 @@ def register(commands: argparse._SubParsersAction[Any],
 
     stable = add_command(bench, "stable", _bench_stable,
                          "send->stable latency at durability all (needs the replica nodes)")
-    stable.add_argument("--rate", type=int, default=10_000)
-    stable.add_argument("--seconds", type=float, default=5.0)
+    stable.add_argument("--rate", type=int, default=10_000, help="messages per second")
+    stable.add_argument("--seconds", type=float, default=5.0, help="how long to send")
     stable.add_argument("--warm-up", type=float, default=10.0, metavar="SECONDS",
                         help="uncounted seconds at the same rate before each round")
     _security_args(stable)

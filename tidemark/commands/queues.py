@@ -100,16 +100,17 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
                         help="micro-batch interval (default 500ms)")
     env_flag(parser, "--ack-ttl", "ack_ttl")
     env_flag(parser, "--dedup-window", "dedup_window")
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=200_000)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=200_000,
+                        help="txlog records per micro-batch at most (Spark maxOffsetsPerTrigger)")
     env_flag(parser, "--master", "spark_master")
-    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--driver-memory", default="1g", help="Spark driver memory")
     parser.add_argument("--state-partitions", type=int, default=None,
                         help="state store partitions (default: txlog partitions, at most the"
                              " local cores; fixed once the checkpoint exists)")
     parser.add_argument("--state-groups", type=int, default=None,
                         help="state groups, txlog partition %% groups (default: one per state"
                              " partition for a new local checkpoint; fixed once it exists)")
-    parser.add_argument("--spark-log-level", default="ERROR")
+    parser.add_argument("--spark-log-level", default="ERROR", help="Spark's own log level")
     parser.add_argument("--allow-data-loss", action="store_true",
                         help="keep going when txlog records expired before the job read them")
     parser.add_argument("--ready-file", default=None, metavar="PATH",
@@ -138,8 +139,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--transactions", type=int, default=100_000,
                    help="backlog size for the throughput phase")
     b.add_argument("--rate", type=int, default=2000, help="sends/s in the latency phase")
-    b.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
-    b.add_argument("--trigger", default=500, type=duration_ms)
+    b.add_argument("--seconds", type=float, default=20.0,
+                   help="length of the latency phase")
+    b.add_argument("--trigger", default=500, type=duration_ms,
+                   help="micro-batch interval (500, 500ms, 1s)")
     b.add_argument("--backlog", type=int, default=0, metavar="N",
                    help="first queue N messages for one peer that never acks (a down peer),"
                         " then measure the others' send->queue latency (default 0)")

@@ -84,24 +84,26 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
              help="cluster TOML (default: the local stack's cluster.toml)")
     env_flag(status, "--state-dir", "state_dir")
     status.add_argument("--address", default=None, help="ask this node (HOST:PORT)")
-    status.add_argument("--timeout", type=float, default=5.0)
+    status.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds to wait for the node's answer")
     status.set_defaults(func=_status)
     ingest = bench.add_parser("ingest", help="node ingest rate vs plain consumer + plyvel")
-    ingest.add_argument("--records", type=int, default=500_000)
+    ingest.add_argument("--records", type=int, default=500_000, help="txlog records to ingest")
     env_flag(ingest, "--config", "config")
     env_flag(ingest, "--bootstrap", "bootstrap")
     ingest.add_argument("--topic-prefix", default=None,
                         help="topic prefix (default: a fresh bench-ingest-<random>. prefix,"
                              " deleted after)")
-    ingest.add_argument("--partitions", type=int, default=4)
+    ingest.add_argument("--partitions", type=int, default=4, help="txlog partitions")
     ingest.add_argument("--dir", default=None, help="scratch folder for the stores")
-    ingest.add_argument("--json", action="store_true")
+    ingest.add_argument("--json", action="store_true", help="print JSON instead of text")
     ingest.set_defaults(func=_bench_ingest)
     gc = bench.add_parser("gc", help="ingest with GC running on a 1M-record store vs without"
                                      " (minimum age 0 and 24 h)")
     env_flag(gc, "--config", "config")
     env_flag(gc, "--bootstrap", "bootstrap")
-    gc.add_argument("--store-records", type=int, default=1_000_000)
-    gc.add_argument("--records", type=int, default=1_000_000)
-    gc.add_argument("--json", action="store_true")
+    gc.add_argument("--store-records", type=int, default=1_000_000,
+                    help="records in the store before GC")
+    gc.add_argument("--records", type=int, default=1_000_000, help="records to release")
+    gc.add_argument("--json", action="store_true", help="print JSON instead of text")
     gc.set_defaults(func=_bench_gc)

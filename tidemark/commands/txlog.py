@@ -84,16 +84,17 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     tsub = add_group(commands, "topics", "create or describe the five topics on any cluster")
     create = add_command(tsub, "create", _topics_create,
                          "create missing topics with the durable defaults", json=False)
-    create.add_argument("--timeout", type=float, default=120.0)
+    create.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for the topics and their leaders")
     create.add_argument("--allow-under-replicated", action="store_true",
                         help="do not refuse when txlog has fewer in-sync replicas than its RF")
     add_command(tsub, "describe", _topics_describe, "partitions, replication and ISR per topic")
 
     load = add_command(commands, "load", _load, "write valid txlog traffic (sends and acks)")
-    load.add_argument("--peers", type=int, default=100)
+    load.add_argument("--peers", type=int, default=100, help="recipients to spread the sends over")
     add_rounds_args(load, messages=100_000, rounds=False)
-    load.add_argument("--ack-ratio", type=float, default=0.5)
-    load.add_argument("--seed", type=int, default=None)
+    load.add_argument("--ack-ratio", type=float, default=0.5, help="share of the sends acked (0-1)")
+    load.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
 
     produce = add_command(bench, "produce", _bench_produce,
                           "LogProducer vs raw confluent-kafka producer")
