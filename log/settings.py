@@ -190,7 +190,12 @@ def check_client(client: Mapping[str, str], where: str = "[kafka.client]") -> No
     except (KafkaException, ValueError, TypeError) as exc:
         err = exc.args[0] if exc.args else exc
         text = err.str() if hasattr(err, "str") else str(err)
-        raise ConfigError(f"{where}: {text}") from None
+        # a key or value librdkafka rejects is refused here; settings that are only
+        # incomplete together (a SASL mechanism whose user comes later) are left to the
+        # client that uses them
+        if not text.startswith("Failed to create"):
+            raise ConfigError(f"{where}: {text}") from None
+        return
     _CHECKED.add(items)
 
 
