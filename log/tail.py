@@ -24,7 +24,7 @@ from tidemark.log.offsets import watermarks
 from tidemark.log.settings import Settings
 from tidemark.log.wire import Codec
 
-__all__ = ["tail", "record_json", "plain"]
+__all__ = ["tail", "record_json", "plain", "utc_text"]
 
 
 def plain(value: Any) -> Any:
@@ -38,7 +38,8 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _utc(ms: int) -> str:
+def utc_text(ms: float) -> str:
+    """``ms`` since the epoch as UTC ISO 8601 text with milliseconds and ``Z``."""
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(
         timespec="milliseconds").replace("+00:00", "Z")
 
@@ -50,7 +51,7 @@ def record_json(msg: Message, codec: Codec | None, topic: str) -> dict[str, Any]
     key, value = msg.key(), msg.value()
     ts = msg.timestamp()[1]
     out: dict[str, Any] = {"topic": topic, "partition": msg.partition(), "offset": msg.offset(),
-                           "time": _utc(ts) if ts and ts > 0 else None,
+                           "time": utc_text(ts) if ts and ts > 0 else None,
                            "key": key.decode("utf-8", "replace") if key else None,
                            "bytes": len(value) if value is not None else None}
     if codec is None or value is None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import UTC, datetime
 from typing import IO, Any
 
 from pythonjsonlogger.json import JsonFormatter
+
+from tidemark.log.tail import utc_text
 
 __all__ = ["configure", "UtcJsonFormatter"]
 
@@ -35,8 +36,7 @@ class UtcJsonFormatter(JsonFormatter):
 
     def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord,
                    message_dict: dict[str, Any]) -> None:
-        log_record["ts"] = datetime.fromtimestamp(record.created, tz=UTC).isoformat(
-            timespec="milliseconds").replace("+00:00", "Z")
+        log_record["ts"] = utc_text(record.created * 1000)
         super().add_fields(log_record, record, message_dict)
 
 
