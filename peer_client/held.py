@@ -102,6 +102,15 @@ class HeldBack:
         """Persistent messages held or refused whose logged copy has not gone by yet."""
         return sum(1 for e in self._msgs.values() if e.persistent) + len(self._refused_ids)
 
+    def unseen_ids(self) -> set[str]:
+        """The ids :meth:`unseen` counts (a snapshot the handover waits on)."""
+        return {i for i, e in self._msgs.items() if e.persistent} | self._refused_ids
+
+    def still_unseen(self, ids: Iterable[str]) -> set[str]:
+        """Those of ``ids`` whose logged copy has not gone by yet."""
+        msgs, refused = self._msgs, self._refused_ids
+        return {i for i in ids if i in msgs or i in refused}
+
     def forget_refused(self) -> None:
         """Stop waiting for the refused ids (the handover gave up on them)."""
         self._refused_ids.clear()

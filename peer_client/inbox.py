@@ -401,19 +401,46 @@ class Inbox:
                       self.peer_id, env.message_id, exc)
 
     def release(self, phase: Phase) -> None:
-        """Move to ``phase`` (HANDOVER or NORMAL) once every held-back message is dispatched,
-        in arrival order. Messages arriving meanwhile are held behind them, so a live message
-        never overtakes an earlier held one of its sender (the phase changes under the lock
-        only once the held list is empty)."""
-        while True:
-            with self._lock:
-                if not self.held:
-                    self.held.forget_refused()
-                    self.phase = phase
-                    return
-                held = self.held.take()
-            for env in held:
-                self.accept(env, phase)
+        """Move to ``phase`` (HANDOVER or NORMAL), dispatching every held-back message in
+        arrival order first. The held messages are decided and queued on their senders'
+        lanes under the lock, and the phase changes in the same step: a live message
+        arriving afterwards is queued behind them, so it never overtakes an earlier held
+        one of its sender, and the change takes one step however fast live messages come
+        (releasing in rounds outside the lock never ended while they came as fast as the
+        handlers ran). The queued messages may exceed the inbox ``limit`` by at most the
+        held-back bound for a while."""
+        with self._lock:
+            todo = self._apply_many(self.held.take(), phase)
+            self.held.forget_refused()
+            runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}
+            others: list[tuple[Envelope, Decision]] = []
+            for env, h, d in todo:
+                if h is None:
+                    others.append((env, d))
+                else:
+                    runs.setdefault(env.sender, []).append((env, h, d))
+            queued = sum(len(items) for items in runs.values())
+            if self._slots is not None and queued:
+                self._slots.force(queued)
+            if self._submit_many is not None:
+                self._submit_runs(runs)
+            else:
+                for sender, items in runs.items():
+                    for env, h, m in items:
+                        self._submit(sender, Job(env, h, m, self.peer_id, self._finish,
+                                                 self._is_abandoning))
+            self._admitting -= queued
+            if not self._admitting:
+                self._admitted.notify_all()
+            self.phase = phase
+        for env, d in others:
+            if d.action == FAIL:
+                self._report(env, d)
+                continue
+            try:
+                self._on_success(env)  # completed by an earlier incarnation: acked only
+            finally:
+                self._admitted_done(1)
 
     def hold_room(self, n: int, nbytes: int, persistent_ids: Sequence[str] = ()) -> bool:
         """Whether a direct batch of ``n`` messages (``nbytes`` of payload) may be held back
@@ -430,6 +457,16 @@ class Inbox:
         """Held-back or refused persistent messages whose logged copy has not gone by."""
         with self._lock:
             return self.held.unseen()
+
+    def held_unseen_ids(self) -> set[str]:
+        """The ids :meth:`held_unseen` counts."""
+        with self._lock:
+            return self.held.unseen_ids()
+
+    def held_still_unseen(self, ids: set[str]) -> set[str]:
+        """Those of ``ids`` whose logged copy has not gone by yet."""
+        with self._lock:
+            return self.held.still_unseen(ids)
 
     def forget_refused(self) -> None:
         """The handover stops waiting for refused messages' logged copies."""

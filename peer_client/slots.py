@@ -34,6 +34,12 @@ class Slots:
             self.free -= k
             return k
 
+    def force(self, n: int) -> None:
+        """Take ``n`` slots without waiting (free may go below zero): for messages that must
+        be queued now, in order, such as the held-back ones a phase change releases."""
+        with self._cond:
+            self.free -= n
+
     def give(self, n: int = 1) -> None:
         """``n`` messages finished (or slots taken were not used)."""
         with self._cond:

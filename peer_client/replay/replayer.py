@@ -14,8 +14,10 @@ after it registered its new incarnation (live messages are held back meanwhile):
    handover it dispatches every Send to this peer in txlog order (a held-back live message
    is dropped when its logged copy goes by, so per-sender order holds across the switch and
    nothing is handled twice), up to the high watermark read after the replay; it goes on
-   reading while held-back persistent messages have not been seen in the log yet (for at
-   most ``handover_wait_s``: a sender's append may land seconds after its direct copy).
+   reading while the persistent messages held back (or refused) when it first reached the
+   end have not been seen in the log yet (for at most ``handover_wait_s``: a sender's
+   append may land seconds after its direct copy); live messages arriving after that
+   point do not extend the wait, or a steady load would hold the peer there.
    The handover ends on that proof however long it takes (its progress is in
    ``status()``); an optional ``handover_timeout_s`` ends it early without
    failing: the held messages are released and the follower goes on delivering what was not
@@ -342,6 +344,7 @@ class ReplicaReplayer:
         deadline = (None if self.handover_timeout_s is None
                     else time.monotonic() + self.handover_timeout_s)
         waiting_until: float | None = None
+        pending: set[str] | None = None
         while True:
             target = end_offsets(self.settings, "txlog", [self.partition])[self.partition]
             self.handover_target = target
@@ -355,8 +358,15 @@ class ReplicaReplayer:
                             " delivered directly", core.peer_id, self.partition,
                             follower.position, target, self.handover_timeout_s)
                 return
-            unseen = core.inbox.held_unseen()
-            if not unseen:
+            # wait for the logged copies of what was held or refused when the log's end was
+            # first reached: a sender's first direct messages follow its log-only ones, so
+            # once those copies went by, nothing logged before them is still to come. Live
+            # messages keep arriving meanwhile; waiting for theirs too never ended under load
+            if pending is None:
+                pending = core.inbox.held_unseen_ids()
+            else:
+                pending = core.inbox.held_still_unseen(pending)
+            if not pending:
                 return
             # a held message's own append may land well after its direct copy (a busy
             # broker, a producer retrying): wait for the log to grow rather than spin
@@ -369,7 +379,7 @@ class ReplicaReplayer:
         core.inbox.forget_refused()
         log.warning("peer %s: %d held-back or refused live message(s) not in txlog %.0f s"
                     " after the handover reached its end; releasing them", core.peer_id,
-                    unseen, self.handover_wait_s)
+                    len(pending), self.handover_wait_s)
 
     def halt(self) -> None:
         """Stop dispatching (the peer is stopping); :meth:`close` releases the rest."""

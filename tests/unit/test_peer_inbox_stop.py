@@ -79,13 +79,15 @@ def test_release_keeps_live_arrivals_behind_the_held_messages() -> None:
     is dispatched after them, never between (per-sender order across the switch)."""
     order: list[str] = []
     inbox: Inbox
+    late: list[threading.Thread] = []
 
     def submit(key: str, job: Job) -> None:
         order.append(job.env.message_id)
         if job.env.message_id == "m1":  # m3 arrives live while m1..m2 are being released
             t = threading.Thread(target=inbox.accept, args=(_env(3),))
             t.start()
-            t.join(10)
+            late.append(t)
+            t.join(0.2)  # it waits for the release (an old build let it in between)
 
     inbox = Inbox("B", "test", _handlers(), DedupWindow(10), submit, lambda *a: None,
                   lambda env: None, Counter())
@@ -94,6 +96,7 @@ def test_release_keeps_live_arrivals_behind_the_held_messages() -> None:
     inbox.accept(_env(2))
     assert [e.message_id for e in inbox.held.envelopes()] == ["m1", "m2"] and order == []
     inbox.release(Phase.NORMAL)
+    late[0].join(10)
     assert order == ["m1", "m2", "m3"] and inbox.phase is Phase.NORMAL and not inbox.held
     inbox.accept(_env(4))
     assert order[-1] == "m4"
