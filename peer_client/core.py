@@ -314,7 +314,7 @@ class PeerCore:
             return out
         if messages and not self.inbox.hold_room(
                 len(messages), sum(len(m["payload"]) for m in messages),
-                [m["message_id"] for m in messages if m["persistent"]]):
+                [m["message_id"] for m in messages if m["persistent"]], sender):
             held = self.inbox.held
             out.update(error=f"peer {self.peer_id} is replaying and holds {len(held)} live"
                              f" message(s) ({held.bytes} bytes) back, its limit: send through"

@@ -130,6 +130,7 @@ class Inbox:
         self._admitted = threading.Condition(self._lock)
         self._admitting = 0  # decided to RUN, not yet submitted
         self._duplicates = 0  # dropped as duplicates (under the lock)
+        self._queue_now = False  # _apply_many let held messages go: queue under the lock
         self._slots = Slots(limit) if limit else None
         #: the persisted dedup store (None: off) and the clock its records are stamped with
         self.completed: CompletedIds | None = None
@@ -138,8 +139,13 @@ class Inbox:
     def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
         """Decide under the lock and count; None when the message is held or dropped for
         good, else a FAIL, a RUN or a DROP ``completed`` (to be acked) to act on."""
-        if env.replay and self.held.watching:
-            self.held.seen(env.message_id)
+        held = self.held
+        if env.replay:
+            if held.watching:
+                held.seen(env.message_id)
+        elif (held.gates and env.sender in held.gates and phase not in STOPPED_PHASES
+              and env.environment == self.environment):
+            return self._count(env, Decision(HOLD))  # behind its sender's refused ones
         return self._count(env, decide(env, phase, self.environment, self.dedup, self.handlers,
                                        self.completed))
 
@@ -187,14 +193,22 @@ class Inbox:
         live_held = phase is Phase.REPLAY  # live messages are held back during replay
         check, handler_of = dedup.check_and_add, handlers.get
         held = self.held if self.held.watching else None
+        gates = self.held.gates
         todo: list[_Todo] = []
         append = todo.append
         runs = dups = 0
         for env in envs:
             if held is not None and env.replay:
                 held.seen(env.message_id)  # its held copy is superseded by this logged one
+                if held.opened:  # a sender's refused copies went by: what it held follows
+                    d = count(env, decide(env, phase, environment, dedup, handlers, completed))
+                    if d is not None:
+                        append((env, d.handler, d.message) if d.action == RUN else (env, None, d))
+                    todo.extend(self._opened_todo(phase))
+                    self._queue_now = True  # the caller queues todo under the lock
+                    continue
             if (completed is None and not stopped and env.environment == environment
-                    and (env.replay or not live_held)):
+                    and (env.replay or not (live_held or (gates and env.sender in gates)))):
                 h = handler_of(env.message_type)
                 if h is not None:
                     if not check(env.message_id):
@@ -207,6 +221,9 @@ class Inbox:
                     except Exception:  # noqa: BLE001 - decided (and reported) below
                         dedup.forget(env.message_id)
                 d = count(env, decide_admitted(env, dedup, handlers, completed))
+            elif (not env.replay and gates and env.sender in gates and not stopped
+                  and env.environment == environment):
+                d = count(env, Decision(HOLD))  # behind its sender's refused ones
             else:
                 d = count(env, decide(env, phase, environment, dedup, handlers, completed))
             if d is not None:
@@ -216,6 +233,62 @@ class Inbox:
             self._duplicates += dups
             self.stats["duplicates"] += dups
         return todo
+
+    def _opened_todo(self, phase: Phase) -> list[_Todo]:
+        """Under the lock: the held messages that gates just opened let go (none during
+        replay: everything held waits for the release then), decided for ``phase``."""
+        held = self.held
+        senders, held.opened = held.opened, []
+        if phase is Phase.REPLAY or phase in STOPPED_PHASES or not senders:
+            return []
+        return self._decide_released(held.take_open(senders), phase)
+
+    def _decide_released(self, envs: list[Envelope], phase: Phase) -> list[_Todo]:
+        """Under the lock: held messages let go, decided for ``phase`` (no gate: they are
+        the ones it let through)."""
+        out: list[_Todo] = []
+        for env in envs:
+            d = self._count(env, decide(env, phase, self.environment, self.dedup,
+                                        self.handlers, self.completed))
+            if d is not None:
+                out.append((env, d.handler, d.message) if d.action == RUN else (env, None, d))
+        return out
+
+    def _queue_locked(self, todo: list[_Todo]) -> list[tuple[Envelope, Decision]]:
+        """Under the lock: queue ``todo``'s runs on their senders' lanes at once (slots
+        taken without waiting), so nothing decided later can overtake them; returns the
+        failures and completed-before ones for :meth:`_finish_others`, outside the lock."""
+        runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}
+        others: list[tuple[Envelope, Decision]] = []
+        for env, h, d in todo:
+            if h is None:
+                others.append((env, d))
+            else:
+                runs.setdefault(env.sender, []).append((env, h, d))
+        queued = sum(len(items) for items in runs.values())
+        if self._slots is not None and queued:
+            self._slots.force(queued)
+        if self._submit_many is not None:
+            self._submit_runs(runs)
+        else:
+            for sender, items in runs.items():
+                for env, h, m in items:
+                    self._submit(sender, Job(env, h, m, self.peer_id, self._finish,
+                                             self._is_abandoning))
+        self._admitting -= queued
+        if not self._admitting:
+            self._admitted.notify_all()
+        return others
+
+    def _finish_others(self, others: list[tuple[Envelope, Decision]]) -> None:
+        for env, d in others:
+            if d.action == FAIL:
+                self._report(env, d)
+                continue
+            try:
+                self._on_success(env)  # completed by an earlier incarnation: acked only
+            finally:
+                self._admitted_done(1)
 
     def _report(self, env: Envelope, d: Decision) -> None:
         log.warning("peer %s: %s (message %s from %s) - not acked, reported",
@@ -233,6 +306,16 @@ class Inbox:
         ``phase`` overrides the inbox's phase (for held-back messages being released)."""
         with self._lock:
             d = self._apply(env, phase or self.phase)
+            if self.held.opened:  # its sender's held messages follow it: queue them now
+                todo = [] if d is None else [
+                    (env, d.handler, d.message) if d.action == RUN else (env, None, d)]
+                todo.extend(self._opened_todo(phase or self.phase))
+                others = self._queue_locked(todo)
+                d = None
+            else:
+                others = []
+        if others:
+            self._finish_others(others)
         if d is None:
             return
         if d.action == FAIL:
@@ -268,6 +351,14 @@ class Inbox:
             before = self._duplicates
             todo = self._apply_many(envs, self.phase)
             fresh = len(envs) - (self._duplicates - before)
+            if self._queue_now:  # a gate opened: its held messages go right behind
+                self._queue_now = False
+                others = self._queue_locked(todo)
+                todo = []
+            else:
+                others = []
+        if others:
+            self._finish_others(others)
         admitted = to_run = 0
         for _, h, d in todo:
             if h is not None:
@@ -401,55 +492,50 @@ class Inbox:
                       self.peer_id, env.message_id, exc)
 
     def release(self, phase: Phase) -> None:
-        """Move to ``phase`` (HANDOVER or NORMAL), dispatching every held-back message in
-        arrival order first. The held messages are decided and queued on their senders'
-        lanes under the lock, and the phase changes in the same step: a live message
-        arriving afterwards is queued behind them, so it never overtakes an earlier held
-        one of its sender, and the change takes one step however fast live messages come
-        (releasing in rounds outside the lock never ended while they came as fast as the
-        handlers ran). The queued messages may exceed the inbox ``limit`` by at most the
-        held-back bound for a while."""
+        """Move to ``phase`` (HANDOVER or NORMAL), dispatching the held-back messages in
+        arrival order first. They are decided and queued on their senders' lanes under the
+        lock, and the phase changes in the same step: a live message arriving afterwards is
+        queued behind them, so it never overtakes an earlier held one of its sender, and the
+        change takes one step however fast live messages come (releasing in rounds outside
+        the lock never ended while they came as fast as the handlers ran). The queued
+        messages may exceed the inbox ``limit`` by the held-back bound for a while. A
+        sender with refused messages not yet seen in the log stays gated: its held messages
+        wait for those copies (see :mod:`tidemark.peer_client.held`)."""
         with self._lock:
-            todo = self._apply_many(self.held.take(), phase)
-            self.held.forget_refused()
-            runs: dict[str, list[tuple[Envelope, Handler, Any]]] = {}
-            others: list[tuple[Envelope, Decision]] = []
-            for env, h, d in todo:
-                if h is None:
-                    others.append((env, d))
-                else:
-                    runs.setdefault(env.sender, []).append((env, h, d))
-            queued = sum(len(items) for items in runs.values())
-            if self._slots is not None and queued:
-                self._slots.force(queued)
-            if self._submit_many is not None:
-                self._submit_runs(runs)
-            else:
-                for sender, items in runs.items():
-                    for env, h, m in items:
-                        self._submit(sender, Job(env, h, m, self.peer_id, self._finish,
-                                                 self._is_abandoning))
-            self._admitting -= queued
-            if not self._admitting:
-                self._admitted.notify_all()
+            self.held.opened.clear()  # everything that may go, goes now
+            todo = self._decide_released(self.held.take_open(), phase)
+            others = self._queue_locked(todo)
             self.phase = phase
-        for env, d in others:
-            if d.action == FAIL:
-                self._report(env, d)
-                continue
-            try:
-                self._on_success(env)  # completed by an earlier incarnation: acked only
-            finally:
-                self._admitted_done(1)
+        self._finish_others(others)
 
-    def hold_room(self, n: int, nbytes: int, persistent_ids: Sequence[str] = ()) -> bool:
-        """Whether a direct batch of ``n`` messages (``nbytes`` of payload) may be held back
-        now; counts them as refused if not (and remembers ``persistent_ids`` until their
-        logged copies go by). True outside replay (nothing is held then)."""
+    def expire_gates(self, wait_s: float) -> int:
+        """Open the gates of senders whose refused copies have not come for ``wait_s``
+        (the sender may have died before its append) and dispatch what they held; returns
+        how many messages went."""
         with self._lock:
-            if self.phase is not Phase.REPLAY or self.held.room(n, nbytes):
+            senders = self.held.expire(time.monotonic(), wait_s)
+            if not senders:
+                return 0
+            todo = self._opened_todo(self.phase)
+            others = self._queue_locked(todo)
+        self._finish_others(others)
+        log.warning("peer %s: refused messages of %s not seen in txlog within %.0f s;"
+                    " releasing %d message(s) held behind them", self.peer_id,
+                    ", ".join(sorted(senders)), wait_s, len(todo))
+        return len(todo)
+
+    def hold_room(self, n: int, nbytes: int, persistent_ids: Sequence[str] = (),
+                  sender: str = "") -> bool:
+        """Whether a direct batch of ``n`` messages (``nbytes`` of payload) from ``sender``
+        may be held back now; counts them as refused if not (and remembers
+        ``persistent_ids`` until their logged copies go by: ``sender`` is gated until then).
+        True when nothing is held: outside replay, unless ``sender`` is gated."""
+        with self._lock:
+            held = self.held
+            if ((self.phase is not Phase.REPLAY and sender not in held.gates)
+                    or held.room(n, nbytes)):
                 return True
-            self.held.refuse(n, persistent_ids)
+            held.refuse(n, persistent_ids, sender, time.monotonic())
             self.stats["refused_held_full"] += n
             return False
 
@@ -469,9 +555,12 @@ class Inbox:
             return self.held.still_unseen(ids)
 
     def forget_refused(self) -> None:
-        """The handover stops waiting for refused messages' logged copies."""
+        """Stop waiting for refused messages' logged copies: every gate opens, and outside
+        replay what the gated senders held goes now."""
         with self._lock:
             self.held.forget_refused()
+            others = self._queue_locked(self._opened_todo(self.phase))
+        self._finish_others(others)
 
     def held_status(self) -> dict[str, Any]:
         """The held-back list's counts (``Peer.status()["held"]``)."""

@@ -46,6 +46,8 @@ class TxlogFollower:
         self.delivery_limit = 5
         self.forwarded = 0
         self.skipped_direct = 0
+        #: how long a sender's live messages wait, once normal, for its refused ones
+        self.gate_wait_s = 30.0
         self.consumer = LogConsumer(settings, self._codec)
         self.consumer.assign({("txlog", partition): start})
         self._stop = threading.Event()
@@ -112,6 +114,9 @@ class TxlogFollower:
         while not self._stop.is_set() and self.core.phase in RUNNING:
             try:
                 self.step(0.1)
+                inbox = self.core.inbox
+                if inbox.held.gates:
+                    inbox.expire_gates(self.gate_wait_s)
             except LogError as exc:
                 log.error("peer %s txlog follower: %s", self.core.peer_id, exc)
                 self._stop.wait(1.0)

@@ -247,6 +247,7 @@ class ReplicaReplayer:
             stream.close(release=True)
             self._stream = None
         self.handover_ms = (time.monotonic() - t1) * 1000
+        self.follower.gate_wait_s = self.handover_wait_s
         self.follower.start()
         self.stage = "normal"
         log.info("peer %s: replayed %d (barrier txlog/%d@%d, %.0f ms, %d retries), handover"
@@ -376,10 +377,10 @@ class ReplicaReplayer:
             if now >= waiting_until or (deadline is not None and now >= deadline):
                 break
             follower.step(0.2)
-        core.inbox.forget_refused()
         log.warning("peer %s: %d held-back or refused live message(s) not in txlog %.0f s"
-                    " after the handover reached its end; releasing them", core.peer_id,
-                    len(pending), self.handover_wait_s)
+                    " after the handover reached its end; going live (a sender's messages"
+                    " still wait for its refused ones, for at most as long again)",
+                    core.peer_id, len(pending), self.handover_wait_s)
 
     def halt(self) -> None:
         """Stop dispatching (the peer is stopping); :meth:`close` releases the rest."""

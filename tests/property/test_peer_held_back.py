@@ -139,3 +139,66 @@ def test_held_back_counts_match_a_model(ops: list[tuple[str, int, int]], limit: 
         assert (doc["peak_messages"], doc["peak_bytes"]) == (peak, peak_bytes)
         assert [e.message_id for e in held.envelopes()] == list(model)
     assert [e.message_id for e in held.take()] == list(model) and not held
+
+
+# A sender's message either reaches the peer directly (held during replay, or handled) with
+# its logged copy marked for this incarnation, or is refused (the held list is full) and
+# only logged, unmarked. The follower reads txlog in order: while catching up it dispatches
+# every Send, once the peer is normal only the unmarked ones. ("send", s), ("read", _) the
+# next txlog entry, ("switch", _) the replay ends (at any moment: the handover may give up)
+order_events = st.lists(st.tuples(st.sampled_from(["send", "send", "read", "switch"]),
+                                  st.integers(0, 2)), max_size=150)
+
+
+@settings(max_examples=400, deadline=None)
+@given(order_events, st.integers(1, 6), st.booleans())
+def test_each_senders_order_holds_across_refusals_and_the_switch(
+        evs: list[tuple[str, int]], limit: int, batched: bool) -> None:
+    handled: list[str] = []
+    inbox = _inbox(handled, 1000, limit, 1 << 20)
+    sent: dict[int, list[str]] = {0: [], 1: [], 2: []}
+    txlog: list[tuple[Envelope, bool]] = []  # (logged copy, marked direct)
+    read = 0
+    switched = False
+
+    def read_next() -> None:
+        nonlocal read
+        env, marked = txlog[read]
+        read += 1
+        if switched and marked:
+            return  # delivered directly to this incarnation: the follower skips it
+        if batched:
+            inbox.accept_many([env])
+        else:
+            inbox.accept(env)
+
+    for kind, s in evs:
+        if kind == "send":
+            mid = f"S{s}-{len(sent[s])}"
+            sent[s].append(mid)
+            payload = _PAYLOAD[len(sent[s]) % 64]
+            live = Envelope(mid, f"S{s}", "prop.Held", payload, 0, True, "test")
+            logged = Envelope(mid, f"S{s}", "prop.Held", payload, 0, True, "test",
+                              replay=True)
+            if inbox.hold_room(1, len(payload), [mid], f"S{s}"):
+                inbox.accept(live)
+                txlog.append((logged, True))
+            else:
+                txlog.append((logged, False))  # refused: the sender logs it unmarked
+        elif kind == "read" and read < len(txlog):
+            read_next()
+        elif kind == "switch" and not switched:
+            switched = True
+            inbox.release(Phase.NORMAL)
+    if not switched:
+        switched = True
+        inbox.release(Phase.NORMAL)
+    while read < len(txlog):
+        read_next()
+    counts = Counter(handled)
+    everything = [m for ms in sent.values() for m in ms]
+    assert set(counts) == set(everything), "lost (or invented) a message"
+    assert max(counts.values(), default=1) == 1, f"handled twice: {counts.most_common(1)}"
+    for s, ms in sent.items():
+        assert [m for m in handled if m.startswith(f"S{s}-")] == ms, f"S{s} out of order"
+    assert not inbox.held and not inbox.held.gates

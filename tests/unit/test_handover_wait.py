@@ -94,8 +94,9 @@ def test_a_held_message_whose_append_lands_late_is_seen_not_released(
 
 def test_a_copy_that_never_lands_is_released_after_the_wait(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    # the handover goes live; the sender's gate (its refused copies) keeps order from there
     r, inbox, _ = run_handover(monkeypatch, held_at=10**9, wait_s=0.3, grow_every=1)
-    assert inbox.released and inbox.unseen == 1
+    assert inbox.unseen == 1 and r.handover_rounds_run > 1
 
 
 def test_live_messages_after_the_end_was_reached_do_not_extend_the_wait(
