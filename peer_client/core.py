@@ -320,6 +320,9 @@ class PeerCore:
                              f" message(s) ({held.bytes} bytes) back, its limit: send through"
                              f" the log", error_kind="held_full")
             return out
+        floor = batch.get("log_floor", -1)
+        if floor is not None and floor >= 0 and messages:
+            self.inbox.wait_for_log(sender, floor)  # its earlier messages took the log
         accept = self.inbox.accept
         for m in messages:
             self.stats["received"] += 1

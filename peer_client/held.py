@@ -25,6 +25,7 @@ Not thread-safe on its own: the :class:`~tidemark.peer_client.inbox.Inbox` calls
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -39,7 +40,7 @@ class HeldBack:
 
     __slots__ = ("limit", "limit_bytes", "_msgs", "bytes", "peak", "peak_bytes", "refused",
                  "superseded", "_refused", "_unseen", "_next_seq", "_need", "_gate_since",
-                 "opened")
+                 "opened", "floors")
 
     def __init__(self, limit: int, limit_bytes: int) -> None:
         self.limit, self.limit_bytes = limit, limit_bytes
@@ -54,6 +55,8 @@ class HeldBack:
         self._next_seq: dict[str, int] = {}      # sender: its next refusal number
         self._need: dict[str, int] = {}  # held id: refusals of its sender it must follow
         self._gate_since: dict[str, float] = {}  # gated sender: when its gate closed
+        #: (txlog offset, gate id) of direct batches that wait for the follower to pass it
+        self.floors: list[tuple[int, str]] = []
         #: senders whose gate opened (their last refused copy went by) since the inbox looked
         self.opened: list[str] = []
 
@@ -91,6 +94,20 @@ class HeldBack:
                     unseen = self._unseen[sender] = deque()
                     self._gate_since[sender] = now
                 unseen.append(seq)
+
+    def gate_floor(self, sender: str, floor: int, now: float = 0.0) -> None:
+        """``sender``'s next messages wait until the follower has dispatched txlog up to
+        offset ``floor`` (its messages that took the log after a failed direct call)."""
+        gate_id = f"@{sender}@{floor}"
+        self.refuse(0, (gate_id,), sender, now)
+        heapq.heappush(self.floors, (floor, gate_id))
+
+    def pass_floor(self, position: int) -> None:
+        """The follower dispatched txlog below ``position``: open the floors under it."""
+        floors = self.floors
+        while floors and floors[0][0] < position:
+            _, gate_id = heapq.heappop(floors)
+            self.seen(gate_id)
 
     def gated(self, sender: str) -> bool:
         """Whether ``sender`` has refused messages whose logged copy has not gone by."""
@@ -146,6 +163,8 @@ class HeldBack:
             gone = set(old)
             for i in [i for i, (s, _) in self._refused.items() if s in gone]:
                 del self._refused[i]
+            self.floors = [f for f in self.floors if f[1] in self._refused]
+            heapq.heapify(self.floors)
             for sender in old:
                 del self._unseen[sender]
                 del self._gate_since[sender]
@@ -172,6 +191,7 @@ class HeldBack:
     def forget_refused(self) -> None:
         """Stop waiting for every refused id: each gate opens (see :attr:`opened`)."""
         self._refused.clear()
+        self.floors.clear()
         self.opened.extend(self._unseen)
         self._unseen.clear()
         self._gate_since.clear()

@@ -131,6 +131,7 @@ class Inbox:
         self._admitting = 0  # decided to RUN, not yet submitted
         self._duplicates = 0  # dropped as duplicates (under the lock)
         self._queue_now = False  # _apply_many let held messages go: queue under the lock
+        self._log_position = -1  # the follower dispatched txlog below this (when reported)
         self._slots = Slots(limit) if limit else None
         #: the persisted dedup store (None: off) and the clock its records are stamped with
         self.completed: CompletedIds | None = None
@@ -506,6 +507,29 @@ class Inbox:
             todo = self._decide_released(self.held.take_open(), phase)
             others = self._queue_locked(todo)
             self.phase = phase
+        self._finish_others(others)
+
+    def wait_for_log(self, sender: str, floor: int) -> bool:
+        """A direct batch from ``sender`` follows its unmarked Sends up to txlog offset
+        ``floor``: unless the follower is past it, the sender's messages from now on are
+        held until it is (True then)."""
+        with self._lock:
+            if floor < self._log_position:
+                return False
+            self.held.gate_floor(sender, floor, time.monotonic())
+            self.stats["waited_for_log"] += 1
+            return True
+
+    def log_position(self, position: int) -> None:
+        """The follower dispatched txlog below ``position``: senders waiting for it go on,
+        behind what it dispatched."""
+        with self._lock:
+            if position > self._log_position:
+                self._log_position = position
+            self.held.pass_floor(position)
+            if not self.held.opened:
+                return
+            others = self._queue_locked(self._opened_todo(self.phase))
         self._finish_others(others)
 
     def expire_gates(self, wait_s: float) -> int:

@@ -59,13 +59,22 @@ class Outbox:
         self.lanes: KeyedLanes[OutItem] = KeyedLanes()
         self.lock = threading.Lock()
         self.unreachable: dict[str, float] = {}
+        #: recipient: [unmarked appends not confirmed yet, highest confirmed offset] since a
+        #: direct call to it failed. While some are unconfirmed its messages go through the
+        #: log too; the next direct batch carries the offset as ``log_floor``, and the
+        #: recipient handles it only once its follower has dispatched the log that far
+        self.detours: dict[str, list[int]] = {}
         self.logged = 0
         self.served = 0  # times the sending thread served delivery callbacks itself
         self._codec = peer_codec()
 
     # ---- entry -------------------------------------------------------------------------
     def reachable(self, peer_id: str) -> bool:
-        """False while ``peer_id`` is in its backoff after a failed direct call."""
+        """False while ``peer_id`` is in its backoff after a failed direct call, or while
+        messages that took the log since are not confirmed (their offsets are unknown)."""
+        detour = self.detours.get(peer_id)
+        if detour is not None and detour[0] > 0:
+            return False
         until = self.unreachable.get(peer_id)
         if until is None:
             return True
@@ -127,6 +136,14 @@ class Outbox:
                         break
                     j += 1
                 group, rest = items[i:j], items[j:]
+                detour = self.detours.get(to)
+                if detour is not None and detour[0] > 0:
+                    # earlier messages took the log and are not confirmed yet: these follow
+                    # them there, or a direct copy could be handled first
+                    self._finish_group(to, group, None, PeerUnreachableError(
+                        f"messages to {to} are on their way to the log"), backoff=False)
+                    items = rest
+                    continue
                 result = self._deliver(to, group, rest)
                 if result is None:
                     return  # the receipt's callback continues this lane
@@ -140,10 +157,16 @@ class Outbox:
         endpoint = self.endpoint_of(to)
         if endpoint is None:
             return None, PeerUnreachableError(f"peer {to} has no endpoint")
+        floor = -1
+        detour = self.detours.get(to)
+        if detour is not None:
+            with self.lock:
+                floor = detour[1]
+                del self.detours[to]
         batch = self._codec.encode("DirectBatch", {
             "sender": self.peer_id, "sender_incarnation": self.incarnation, "recipient": to,
             "environment": self.environment, "messages": [it.direct for it in group],
-            "sender_nonce": self.nonce})
+            "sender_nonce": self.nonce, "log_floor": floor})
         state: dict[str, Any] = {"sync": True, "result": None}
         guard = threading.Lock()
 
@@ -166,7 +189,7 @@ class Outbox:
             return state["result"]
 
     def _finish_group(self, to: str, group: list[OutItem], receipt: Any,
-                      error: BaseException | None) -> None:
+                      error: BaseException | None, backoff: bool = True) -> None:
         inc: str | None = None
         if error is None and receipt is not None and not receipt.get("error"):
             inc = receipt["incarnation"]
@@ -178,7 +201,11 @@ class Outbox:
                 error = WrongEnvironmentError(why)
             elif error is None or not isinstance(error, PeerUnreachableError):
                 error = PeerUnreachableError(f"direct delivery to {to} failed: {why}")
-            self.unreachable[to] = time.monotonic() + self.backoff_ms / 1000
+            if backoff:
+                self.unreachable[to] = time.monotonic() + self.backoff_ms / 1000
+            with self.lock:
+                if to not in self.detours:
+                    self.detours[to] = [0, -1]
             self.stats["direct_failed"] += len(group)
             log.debug("direct delivery of %d message(s) to %s failed: %s", len(group), to, why)
         for it in group:
@@ -199,12 +226,29 @@ class Outbox:
         handle = item.handle
         callback: Callable[[Any, Any], None] = (
             handle if item.level == LOG else self._stable_callback(handle, item.level))
+        if incarnation is None and to in self.detours:
+            callback = self._detour_callback(to, callback)
         try:
             self.log.append(to, value, callback)
         except Exception as exc:  # noqa: BLE001 - refused before Kafka (size, config)
             handle.part_done(exc)
             return
         self.logged += 1
+
+    def _detour_callback(self, to: str, callback: Callable[[Any, Any], None]
+                         ) -> Callable[[Any, Any], None]:
+        """Count an unmarked append to ``to`` until Kafka confirms it (see :attr:`detours`)."""
+        with self.lock:
+            detour = self.detours.setdefault(to, [0, -1])
+            detour[0] += 1
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            with self.lock:
+                detour[0] -= 1
+                if err is None and msg.offset() is not None and msg.offset() > detour[1]:
+                    detour[1] = msg.offset()
+            callback(err, msg)
+        return on_delivery
 
     def _stable_callback(self, handle: Delivery, level: str) -> Callable[[Any, Any], None]:
         stability = self.stability

@@ -53,6 +53,7 @@ class Sender:
         self._encode_send = send_encoder.encode
         self._acquire = flight.acquire
         self._append_now = outbox.append_now
+        self._detours = outbox.detours  # recipients whose unmarked appends are tracked
         # bound once: a bound method made per call would be one more object per message
         self._posted_cb = self._posted
         self._release = self._release_flight
@@ -150,7 +151,8 @@ class Sender:
         ts = self.clock_ms()
         mid = f"{self._id_prefix}{next(self._seq)}"
         if (durability == "log" and mt.persistent and not self._busy(to)
-                and (entry is None or (entry.persistent and not self._alive(entry, ts)))):
+                and (entry is None or (entry.persistent and not self._alive(entry, ts)))
+                and to not in self._detours):
             # the common case without direct delivery: encode and append, nothing queued
             value = self._encode_send(mid, to, mt.name, payload, ts)
             if len(value) > self.max_bytes:

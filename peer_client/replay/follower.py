@@ -90,6 +90,8 @@ class TxlogFollower:
                 if fresh:
                     self.forwarded += fresh
                     self._on_forward(fresh)
+            if core.inbox.held.floors:  # direct batches waiting for the log to get here
+                core.inbox.log_position(self.position)
             return len(msgs)
 
     def catch_up(self, target: int, deadline: float | None = None) -> bool:

@@ -142,11 +142,14 @@ def test_held_back_counts_match_a_model(ops: list[tuple[str, int, int]], limit: 
 
 
 # A sender's message either reaches the peer directly (held during replay, or handled) with
-# its logged copy marked for this incarnation, or is refused (the held list is full) and
-# only logged, unmarked. The follower reads txlog in order: while catching up it dispatches
-# every Send, once the peer is normal only the unmarked ones. ("send", s), ("read", _) the
-# next txlog entry, ("switch", _) the replay ends (at any moment: the handover may give up)
-order_events = st.lists(st.tuples(st.sampled_from(["send", "send", "read", "switch"]),
+# its logged copy marked for this incarnation, or is refused (the held list is full) or its
+# direct call fails, and it is only logged, unmarked. After a failed call the sender's next
+# direct batch carries the offset of its last unmarked Send (``log_floor``). The follower
+# reads txlog in order: while catching up it dispatches every Send, once the peer is normal
+# only the unmarked ones, and reports how far it got. ("send", s), ("fail", s) s's next
+# direct call fails, ("read", _) the next txlog entry, ("switch", _) the replay ends (at any
+# moment: the handover may give up)
+order_events = st.lists(st.tuples(st.sampled_from(["send", "send", "fail", "read", "switch"]),
                                   st.integers(0, 2)), max_size=150)
 
 
@@ -165,15 +168,23 @@ def test_each_senders_order_holds_across_refusals_and_the_switch(
         nonlocal read
         env, marked = txlog[read]
         read += 1
-        if switched and marked:
-            return  # delivered directly to this incarnation: the follower skips it
-        if batched:
-            inbox.accept_many([env])
-        else:
-            inbox.accept(env)
+        if not (switched and marked):  # else: delivered directly, the follower skips it
+            if batched:
+                inbox.accept_many([env])
+            else:
+                inbox.accept(env)
+        inbox.log_position(read)
 
+    floor: dict[int, int] = {}  # sender: offset of its last unmarked Send after a failure
     for kind, s in evs:
-        if kind == "send":
+        if kind == "fail":
+            mid = f"S{s}-{len(sent[s])}"
+            sent[s].append(mid)
+            payload = _PAYLOAD[len(sent[s]) % 64]
+            floor[s] = len(txlog)
+            txlog.append((Envelope(mid, f"S{s}", "prop.Held", payload, 0, True, "test",
+                                   replay=True), False))
+        elif kind == "send":
             mid = f"S{s}-{len(sent[s])}"
             sent[s].append(mid)
             payload = _PAYLOAD[len(sent[s]) % 64]
@@ -181,6 +192,8 @@ def test_each_senders_order_holds_across_refusals_and_the_switch(
             logged = Envelope(mid, f"S{s}", "prop.Held", payload, 0, True, "test",
                               replay=True)
             if inbox.hold_room(1, len(payload), [mid], f"S{s}"):
+                if s in floor:
+                    inbox.wait_for_log(f"S{s}", floor.pop(s))
                 inbox.accept(live)
                 txlog.append((logged, True))
             else:
