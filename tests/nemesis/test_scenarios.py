@@ -160,10 +160,7 @@ class Scenario:
 #: follower delivers them later, after newer messages of the same sender that went directly
 #: once the path was back: per-sender order breaks (nothing is lost or handled twice, which
 #: these scenarios still assert).
-KNOWN_VIOLATIONS: dict[str, set[str]] = {
-    "sender and recipient split": {"order"},
-    "one broker isolated": {"order"},
-}
+KNOWN_VIOLATIONS: dict[str, set[str]] = {}
 
 SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
     "replica isolated then healed": _isolate_replica,
