@@ -315,6 +315,7 @@ def test_pin_survives_a_replica_restart(stack: LocalStack) -> None:
     client.close()
 
 
+@pytest.mark.load  # a bench's own run: with the other benches in make load, not make test
 def test_bench_replay_prints_its_figures_beside_the_raw_baseline(stack: LocalStack) -> None:
     """``tidemark bench replay`` as a user runs it (a small backlog, no settle wait): every
     message reached the Peer's handler and the raw consumer, both rates and their ratio."""

@@ -155,11 +155,8 @@ class Scenario:
         self.sender_host, self.recipient_host = sender_host, recipient_host
 
 
-#: Verdicts a scenario is known to fail today (docs/partitions.md, "Known violation"): when
-#: a direct call fails, the sender appends those messages unmarked and the recipient's txlog
-#: follower delivers them later, after newer messages of the same sender that went directly
-#: once the path was back: per-sender order breaks (nothing is lost or handled twice, which
-#: these scenarios still assert).
+#: Verdicts a scenario is known to fail today: none. (Per-sender order after a failed
+#: direct call was one until the sender's ``log_floor``; docs/partitions.md.)
 KNOWN_VIOLATIONS: dict[str, set[str]] = {}
 
 SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
