@@ -336,8 +336,10 @@ def _stack_client(state_doc: Mapping[str, Any], env: Mapping[str, str],
 def load_settings(path: str | os.PathLike[str] | None = None,
                   env: Mapping[str, str] | None = None,
                   state_dir: str | os.PathLike[str] | None = None,
+                  client_extra: Mapping[str, str] | None = None,
                   **overrides: Any) -> Settings:
-    """Build :class:`Settings` from defaults, TOML, environment and overrides."""
+    """Build :class:`Settings` from defaults, TOML, environment and overrides;
+    ``client_extra``: librdkafka settings that win over the others (the CLI's ``-X``)."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     client: dict[str, str] = {}
@@ -385,5 +387,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
                 sources.append(str(state_file))
             except (ValueError, KeyError, AttributeError):
                 raise ConfigError(f"{state_file} is not a valid local-stack state file") from None
-    check_client(client, "Kafka client settings ([kafka.client] or TIDEMARK_KAFKA_*)")
+    if client_extra:
+        client.update({str(k): str(v) for k, v in client_extra.items()})
+    check_client(client, "Kafka client settings ([kafka.client], TIDEMARK_KAFKA_* or -X)")
     return Settings(client=client, source=", ".join(sources), **values)

@@ -71,18 +71,34 @@ class EnvDefault(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def env_flag(parser: argparse.ArgumentParser, flag: str, setting: str, **kwargs: Any) -> None:
-    """Add ``flag`` backed by registry ``setting`` (its env variable and default)."""
-    parser.add_argument(flag, action=EnvDefault, setting=setting, **kwargs)
+def env_flag(parser: argparse.ArgumentParser, flag: str, setting: str,
+             aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+    """Add ``flag`` (and its ``aliases``) backed by registry ``setting`` (its env variable
+    and default)."""
+    parser.add_argument(flag, *aliases, action=EnvDefault, setting=setting, **kwargs)
+
+
+def _client_pair(text: str) -> tuple[str, str]:
+    """An argparse ``type``: ``key=value`` of ``-X`` (a librdkafka client setting)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value (a librdkafka setting such as"
+                                         f" security.protocol=SASL_SSL), got {text!r}")
+    return key.strip(), value
 
 
 def add_settings_args(parser: argparse.ArgumentParser) -> None:
-    """--config / --bootstrap / --topic-prefix / --state-dir, each backed by its variable."""
+    """--config / --bootstrap (--bootstrap-server) / --topic-prefix / --state-dir, each
+    backed by its variable, and ``-X key=value`` (kcat's and kafka-console-*'s spelling)."""
     env_flag(parser, "--config", "config")
-    env_flag(parser, "--bootstrap", "bootstrap",
+    env_flag(parser, "--bootstrap", "bootstrap", aliases=("--bootstrap-server",),
              help="Kafka bootstrap servers (default: the local stack's)")
     env_flag(parser, "--topic-prefix", "topic_prefix")
     env_flag(parser, "--state-dir", "state_dir")
+    parser.add_argument("-X", dest="client_settings", metavar="KEY=VALUE", action="append",
+                        type=_client_pair, default=None,
+                        help="a librdkafka client setting, as kcat's -X; repeatable; wins"
+                             " over [kafka.client] and TIDEMARK_KAFKA_* (checked up front)")
 
 
 def add_group(commands: argparse._SubParsersAction[Any], name: str,
@@ -138,6 +154,7 @@ def duration_ms(text: str) -> int:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the shared flags (flags win over environment over the TOML file)."""
     return load_settings(getattr(args, "config", None), state_dir=getattr(args, "state_dir", None),
+                         client_extra=dict(getattr(args, "client_settings", None) or ()),
                          bootstrap=getattr(args, "bootstrap", None) or None,
                          topic_prefix=getattr(args, "topic_prefix", None))
 

@@ -110,7 +110,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     def common(p: argparse.ArgumentParser) -> None:
         env_flag(p, "--config", "config",
                  help="cluster TOML (default: the local stack's cluster.toml)")
-        env_flag(p, "--bootstrap", "bootstrap")
+        env_flag(p, "--bootstrap", "bootstrap", aliases=("--bootstrap-server",))
         env_flag(p, "--state-dir", "state_dir")
 
     rm = sub.add_parser("remove-node", help="append an epoch without the node")

@@ -90,7 +90,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ingest = bench.add_parser("ingest", help="node ingest rate vs plain consumer + plyvel")
     ingest.add_argument("--records", type=int, default=500_000, help="txlog records to ingest")
     env_flag(ingest, "--config", "config")
-    env_flag(ingest, "--bootstrap", "bootstrap")
+    env_flag(ingest, "--bootstrap", "bootstrap", aliases=("--bootstrap-server",))
     ingest.add_argument("--topic-prefix", default=None,
                         help="topic prefix (default: a fresh bench-ingest-<random>. prefix,"
                              " deleted after)")
@@ -101,7 +101,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     gc = bench.add_parser("gc", help="ingest with GC running on a 1M-record store vs without"
                                      " (minimum age 0 and 24 h)")
     env_flag(gc, "--config", "config")
-    env_flag(gc, "--bootstrap", "bootstrap")
+    env_flag(gc, "--bootstrap", "bootstrap", aliases=("--bootstrap-server",))
     gc.add_argument("--store-records", type=int, default=1_000_000,
                     help="records in the store before GC")
     gc.add_argument("--records", type=int, default=1_000_000, help="records to release")
