@@ -30,6 +30,7 @@ from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.outbox import Outbox
 from tidemark.peer_client.ports import DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
+from tidemark.peer_client.direct_order import DirectOrder
 from tidemark.peer_client.records import Envelope, peer_codec
 from tidemark.peer_client.sending import Sender
 
@@ -68,6 +69,7 @@ class PeerCore:
         self.directory_port, self.executor = directory_port, executor
         self.endpoint = ""
         self.stats: Counter[str] = Counter()
+        self.direct_order = DirectOrder()  # late direct batches are refused
         self.directory = DirectoryCache(environment, options.dead_after_ms)
         self.dir_lock = threading.Lock()
         self.dir_changed = threading.Condition(self.dir_lock)
@@ -312,22 +314,35 @@ class PeerCore:
                 out.update(error=f"peer {self.peer_id} is {self.phase.value}",
                            error_kind="stopping")
             return out
-        if messages and not self.inbox.hold_room(
-                len(messages), sum(len(m["payload"]) for m in messages),
-                [m["message_id"] for m in messages if m["persistent"]], sender):
-            held = self.inbox.held
-            out.update(error=f"peer {self.peer_id} is replaying and holds {len(held)} live"
-                             f" message(s) ({held.bytes} bytes) back, its limit: send through"
-                             f" the log", error_kind="held_full")
-            return out
-        floor = batch.get("log_floor", -1)
-        if floor is not None and floor >= 0 and messages:
-            self.inbox.wait_for_log(sender, floor)  # its earlier messages took the log
-        accept = self.inbox.accept
-        for m in messages:
-            self.stats["received"] += 1
-            accept(Envelope(m["message_id"], sender, m["message_type"], m["payload"],
-                            m["timestamp_ms"], m["persistent"], env))
+        if not messages:
+            out["accepted"] = 0
+            return out  # a ping
+        inc = str(batch.get("sender_incarnation") or "")
+        order = self.direct_order
+        with order.lock(sender, inc):
+            if order.stale(sender, inc, messages[0]["message_id"]):
+                self.stats["stale_direct"] += len(messages)
+                out.update(error=f"a later batch of {sender} was accepted already: this one"
+                                 f" came late (its sender gave up on it); send through the"
+                                 f" log", error_kind="stale")
+                return out
+            if not self.inbox.hold_room(
+                    len(messages), sum(len(m["payload"]) for m in messages),
+                    [m["message_id"] for m in messages if m["persistent"]], sender):
+                held = self.inbox.held
+                out.update(error=f"peer {self.peer_id} is replaying and holds {len(held)}"
+                                 f" live message(s) ({held.bytes} bytes) back, its limit:"
+                                 f" send through the log", error_kind="held_full")
+                return out
+            floor = batch.get("log_floor", -1)
+            if floor is not None and floor >= 0:
+                self.inbox.wait_for_log(sender, floor)  # its earlier messages took the log
+            accept = self.inbox.accept
+            for m in messages:
+                self.stats["received"] += 1
+                accept(Envelope(m["message_id"], sender, m["message_type"], m["payload"],
+                                m["timestamp_ms"], m["persistent"], env))
+            order.accepted(sender, inc, messages[-1]["message_id"])
         out["accepted"] = len(messages)
         return out
 

@@ -226,17 +226,21 @@ class Outbox:
         handle = item.handle
         callback: Callable[[Any, Any], None] = (
             handle if item.level == LOG else self._stable_callback(handle, item.level))
+        detour = None
         if incarnation is None and to in self.detours:
-            callback = self._detour_callback(to, callback)
+            callback, detour = self._detour_callback(to, callback)
         try:
             self.log.append(to, value, callback)
         except Exception as exc:  # noqa: BLE001 - refused before Kafka (size, config)
+            if detour is not None:
+                with self.lock:
+                    detour[0] -= 1  # no report will come for it
             handle.part_done(exc)
             return
         self.logged += 1
 
     def _detour_callback(self, to: str, callback: Callable[[Any, Any], None]
-                         ) -> Callable[[Any, Any], None]:
+                         ) -> tuple[Callable[[Any, Any], None], list[int]]:
         """Count an unmarked append to ``to`` until Kafka confirms it (see :attr:`detours`)."""
         with self.lock:
             detour = self.detours.setdefault(to, [0, -1])
@@ -248,7 +252,7 @@ class Outbox:
                 if err is None and msg.offset() is not None and msg.offset() > detour[1]:
                     detour[1] = msg.offset()
             callback(err, msg)
-        return on_delivery
+        return on_delivery, detour
 
     def _stable_callback(self, handle: Delivery, level: str) -> Callable[[Any, Any], None]:
         stability = self.stability
