@@ -20,6 +20,7 @@ from tidemark.peer_client.acks import AckBatcher, Acker
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, resolve_ttl_ms
+from tidemark.peer_client.direct_order import DirectOrder
 from tidemark.peer_client.directory import DirectoryCache, PeerEntry, needs_probe
 from tidemark.peer_client.exceptions import DuplicatePeerError, UnknownPeerError
 from tidemark.peer_client.flight import FlightControl
@@ -30,7 +31,6 @@ from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.outbox import Outbox
 from tidemark.peer_client.ports import DirectoryPort, DirectPort, Executor, LogPort, StabilityPort
-from tidemark.peer_client.direct_order import DirectOrder
 from tidemark.peer_client.records import Envelope, peer_codec
 from tidemark.peer_client.sending import Sender
 
