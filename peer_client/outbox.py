@@ -239,6 +239,13 @@ class Outbox:
             return
         self.logged += 1
 
+    def begin_detour(self, to: str) -> None:
+        """Track the unmarked appends to ``to`` from now on (see :attr:`detours`): it is up
+        in the directory but not reachable directly at the moment."""
+        if to not in self.detours:
+            with self.lock:
+                self.detours.setdefault(to, [0, -1])
+
     def _detour_callback(self, to: str, callback: Callable[[Any, Any], None]
                          ) -> tuple[Callable[[Any, Any], None], list[int]]:
         """Count an unmarked append to ``to`` until Kafka confirms it (see :attr:`detours`)."""

@@ -150,8 +150,12 @@ class Sender:
                 f" not {self.environment!r}: not sending to it")
         ts = self.clock_ms()
         mid = f"{self._id_prefix}{next(self._seq)}"
-        if (durability == "log" and mt.persistent and not self._busy(to)
-                and (entry is None or (entry.persistent and not self._alive(entry, ts)))
+        logged_only = entry is None or (entry.persistent and not self._alive(entry, ts))
+        if logged_only and entry is not None and entry.up and entry.endpoint:
+            # up in the directory but not reachable now (a stale heartbeat, a backoff): what
+            # takes the log meanwhile must keep its place before the next direct batch
+            self.outbox.begin_detour(to)
+        if (durability == "log" and mt.persistent and not self._busy(to) and logged_only
                 and to not in self._detours):
             # the common case without direct delivery: encode and append, nothing queued
             value = self._encode_send(mid, to, mt.name, payload, ts)

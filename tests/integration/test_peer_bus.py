@@ -180,7 +180,10 @@ def test_bad_input_is_reported_and_never_fatal(fresh_settings: Settings) -> None
     with Peer("B", "test", small, OPTS) as b, Peer("A", "test", small, OPTS) as a:
         b.handler(Order)(lambda msg, ctx: seen.append(msg.n))
         a.wait_for_peer("B", condition=lambda e: "itest.Order" in e.subscriptions)
-        bad1, bad2 = f"{a.incarnation}-900001", f"{a.incarnation}-900002"  # A's own ids
+        # A's own ids, numbered by A's own counter: a number above A's next one would make
+        # A's real next batch look late (a stale batch is refused and goes by the log)
+        seq = a._core.sender._seq
+        bad1, bad2 = f"{a.incarnation}-{next(seq)}", f"{a.incarnation}-{next(seq)}"
         batch = peer_codec().encode("DirectBatch", {
             "sender": "A", "sender_incarnation": a.incarnation, "recipient": "B",
             "environment": "test", "sender_nonce": a._core.nonce, "messages": [

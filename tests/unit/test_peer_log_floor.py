@@ -88,3 +88,20 @@ def test_after_a_failed_call_the_next_direct_batch_waits_for_the_logged_ones() -
     assert direct.batches[1]["log_floor"] == 1  # m3 is handled after offset 1 is dispatched
     out.put("B", _item(4))
     assert direct.batches[2]["log_floor"] == -1  # nothing took the log since
+
+
+def test_a_peer_up_but_not_reachable_is_tracked_like_a_failed_call() -> None:
+    # a stale heartbeat (the directory's view lagging behind a broker fault) sends messages
+    # to the log without any failed call: they must keep their place too
+    log, direct = _Log(), _Direct()
+    direct.fail = False
+    out = Outbox("A", "inc", "", "test", log, direct, None, 1, 0, 1 << 20,  # type: ignore[arg-type]
+                 {"direct_delivered": 0, "direct_failed": 0}, lambda peer: "b:1")
+    out.begin_detour("B")
+    logged = _item(1)
+    logged.direct = None                    # the sender saw B as not alive
+    out.put_logged("B", logged)
+    assert not out.reachable("B") and log.values == [b"send-1\x00"]
+    log.confirm_all()
+    out.put("B", _item(2))                  # B alive again: direct, behind offset 0
+    assert direct.batches[0]["log_floor"] == 0
