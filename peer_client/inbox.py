@@ -590,8 +590,3 @@ class Inbox:
         """The held-back list's counts (``Peer.status()["held"]``)."""
         with self._lock:
             return self.held.status()
-
-    def release_held(self) -> list[Envelope]:
-        """Messages held back during replay, in arrival order (the caller re-accepts them)."""
-        with self._lock:
-            return self.held.take()
