@@ -89,9 +89,10 @@ class Sender:
         return mt, payload
 
     def _item(self, to: str, mt: MessageType, payload: bytes, mid: str, ts: int, level: str,
-              handle: Delivery, publish: bool) -> OutItem | None:
+              handle: Delivery, publish: bool, alive: bool | None = None) -> OutItem | None:
         entry = self.directory.get(to)
-        alive = self._alive(entry, ts)
+        if alive is None:
+            alive = self._alive(entry, ts)
         logged = mt.persistent and (entry is None or entry.persistent)
         if not logged and not alive:
             if publish:
@@ -150,7 +151,8 @@ class Sender:
                 f" not {self.environment!r}: not sending to it")
         ts = self.clock_ms()
         mid = f"{self._id_prefix}{next(self._seq)}"
-        logged_only = entry is None or (entry.persistent and not self._alive(entry, ts))
+        alive = entry is not None and self._alive(entry, ts)  # once: _item takes it
+        logged_only = entry is None or (entry.persistent and not alive)
         if logged_only and entry is not None and entry.up and entry.endpoint:
             # up in the directory but not reachable now (a stale heartbeat, a backoff): what
             # takes the log meanwhile must keep its place before the next direct batch
@@ -171,7 +173,7 @@ class Sender:
             self._append_now(to, value, handle)
             return handle
         handle = Delivery(mid, 1, self._release)
-        item = self._item(to, mt, payload, mid, ts, durability, handle, False)
+        item = self._item(to, mt, payload, mid, ts, durability, handle, False, alive)
         assert item is not None
         self._acquire(timeout)
         self.sent += 1
