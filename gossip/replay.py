@@ -16,6 +16,15 @@ unacked after this message) + records ``>QI`` (txlog offset, length) + the entry
 open until the peer closes its side. Errors end the stream with a gRPC status whose trailing
 metadata ``tidemark-error`` names the :mod:`tidemark.gossip.exceptions` class.
 :class:`ReplayStream` is the peer's handle on one replay.
+
+A replica that is cut off (a partition drops its packets: no reset, no error) would leave
+the peer waiting forever on a connection gRPC still thinks is up. So whenever the peer waits
+for the replica's next message (everything it processed is acked, so the replica owes it
+one: a header, entries, ``W`` every second, or the completion), it waits at most
+``stall_timeout_s`` (:data:`STALL_TIMEOUT_S`); then it cancels the call and raises
+:class:`~tidemark.gossip.exceptions.NodeUnreachableError` (no header yet) or
+:class:`~tidemark.gossip.exceptions.ReplayInterruptedError` (mid-stream), and the replayer
+resumes on another replica.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from tidemark.gossip.exceptions import (
 
 __all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE", "WAITING",
            "encode_entries", "decode_entries", "DEFAULT_BATCH", "DEFAULT_WINDOW",
-           "request_peer"]
+           "STALL_TIMEOUT_S", "request_peer"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +63,10 @@ DEFAULT_BATCH, DEFAULT_WINDOW = 5000, 5000
 _META = struct.Struct(">III")
 _END = object()   # the replica's side of the call ended
 _PREFETCH = 2     # replica messages read ahead of the consumer
+#: How long the peer waits for the replica's next message before it gives the replica up.
+#: The replica sends one at least every second while it waits for the queues, and at once
+#: when the peer's acks open its window; 20 s leaves room for a busy machine.
+STALL_TIMEOUT_S = 20.0
 _REC = struct.Struct(">QI")
 
 CallJson = Callable[[str, str, Mapping[str, Any], float], Any]
@@ -106,6 +119,10 @@ def decode_entries(msg: bytes) -> tuple[tuple[int, int, int], list[tuple[int, by
     return meta, rows
 
 
+class _Stalled(Exception):
+    """No message from the replica within the stream's ``stall_timeout_s``."""
+
+
 class ReplayStream:
     """A running replay: iterate :meth:`entries`, :meth:`ack` what was processed,
     :meth:`close` at the end.
@@ -121,7 +138,7 @@ class ReplayStream:
 
     def __init__(self, open_call: Callable[[Iterator[bytes]], Any], address: str,
                  request: Mapping[str, Any], call_json: CallJson, node: str = "",
-                 auto_renew: bool = True) -> None:
+                 auto_renew: bool = True, stall_timeout_s: float = STALL_TIMEOUT_S) -> None:
         self.address, self.node, self.peer = address, node, str(request["peer"])
         self.window = int(request.get("window", DEFAULT_WINDOW))
         self._call_json = call_json
@@ -141,9 +158,15 @@ class ReplayStream:
         self.waiting: dict[str, Any] | None = None
         self.streaming_entries = False  # the first entries (or completion) arrived
         self.pin_lost = False
+        self.stall_timeout_s = stall_timeout_s
         self._responses = open_call(self._requests())
+        # the replica's messages are read ahead of the consumer by one thread for the whole
+        # call, so that every wait for the next one can have a deadline
+        self._box: queue.Queue[Any] = queue.Queue(maxsize=_PREFETCH)
+        threading.Thread(target=self._pull, args=(self._box,), daemon=True,
+                         name=f"replay-read-{self.peer}").start()
         try:
-            first = next(self._responses)
+            first = self._next()
         except grpc.RpcError as exc:
             self._finish()
             err = self._error(exc)
@@ -151,10 +174,14 @@ class ReplayStream:
                 raise NodeUnreachableError(f"replica {address} unreachable for the replay of"
                                            f" {self.peer}: {exc.code().name}") from None
             raise err from None
-        except StopIteration:
+        except _Stalled:
+            self.close(release=False)
+            raise NodeUnreachableError(f"replica {address} sent no header for the replay of"
+                                       f" {self.peer} within {stall_timeout_s:g} s") from None
+        if first is _END:
             self._finish()
             raise ReplayError(f"replica {address} ended the replay of {self.peer} without "
-                              "a header") from None
+                              "a header")
         if first[:1] != HEADER:
             self._finish()
             raise ReplayError(f"replica {address} answered the replay with {first[:1]!r}")
@@ -294,19 +321,33 @@ class ReplayStream:
                 continue
         return False
 
+    def _next(self) -> Any:
+        """The replica's next message, or :data:`_END`; raises what ended the call, or
+        :class:`_Stalled` (after cancelling the call) if nothing came within the deadline."""
+        try:
+            msg = self._box.get(timeout=self.stall_timeout_s)
+        except queue.Empty:
+            self._responses.cancel()
+            raise _Stalled() from None
+        if isinstance(msg, BaseException):
+            raise msg
+        return msg
+
     def _frames(self) -> Generator[list[tuple[int, bytes]], None, None]:
         """The rows of each ENTRIES message until COMPLETE (acks flushed before each wait)."""
-        box: queue.Queue[Any] = queue.Queue(maxsize=_PREFETCH)
-        threading.Thread(target=self._pull, args=(box,), daemon=True,
-                         name=f"replay-read-{self.peer}").start()
         try:
             while True:
                 self.flush()
-                msg = box.get()
+                try:
+                    msg = self._next()
+                except _Stalled:
+                    raise ReplayInterruptedError(
+                        f"replica {self.node or self.address} sent nothing for"
+                        f" {self.stall_timeout_s:g} s in the replay of {self.peer} (after txlog"
+                        f" offset {self.last_offset}): given up as unreachable", self.address,
+                        self.last_offset) from None
                 if msg is _END:
                     break
-                if isinstance(msg, BaseException):
-                    raise msg
                 tag = msg[:1]
                 if tag == ENTRIES:
                     self.streaming_entries = True

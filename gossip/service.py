@@ -60,6 +60,7 @@ from tidemark.gossip.replay import (
     DEFAULT_BATCH,
     DEFAULT_WINDOW,
     ERROR_KEY,
+    STALL_TIMEOUT_S,
     ReplayStream,
     request_peer,
 )
@@ -188,8 +189,8 @@ class ReplicaClient:
                window: int = DEFAULT_WINDOW, *, lease_ms: int | None = None,
                barrier_timeout_ms: int | None = None, after_offset: int = -1,
                auto_renew: bool = True, node: str = "", token: str | None = None,
-               rows: bool = True, barrier: int | None = None, covered: bool = False
-               ) -> ReplayStream:
+               rows: bool = True, barrier: int | None = None, covered: bool = False,
+               stall_timeout_s: float = STALL_TIMEOUT_S) -> ReplayStream:
         """Open a replay of ``peer_id``'s queue on the replica at ``address``.
 
         Returns once the replica pinned the GC point at the barrier (the stream's ``barrier`` and
@@ -199,7 +200,9 @@ class ReplicaClient:
         resumes (the replica takes the lower of it and its high watermark), so it does not wait for
         the queues to cover a newer one; ``covered`` asks for a barrier the queues already cover (no
         wait; the header's ``high_watermark`` says where the txlog ended). ``rows=False`` asks for
-        every entry as QueueEntry bytes (else a replica sends the replay rows it stores). Raises
+        every entry as QueueEntry bytes (else a replica sends the replay rows it stores).
+        ``stall_timeout_s``: how long a wait for the replica's next message may last before
+        the replica is given up (a partition drops packets without an error). Raises
         :class:`~tidemark.gossip.exceptions.NodeUnreachableError` if the replica does not answer and
         :class:`~tidemark.gossip.exceptions.ReplayRefusedError` if it refuses (environment,
         partition), :class:`~tidemark.gossip.exceptions.PeerAuthError` (no or bad ``token``) or
@@ -224,7 +227,8 @@ class ReplicaClient:
         def call_json(addr: str, name: str, body: Mapping[str, Any], timeout: float) -> Any:
             return self.call_json(addr, name, body, timeout, token=tok)
         return ReplayStream(lambda requests: call(requests, metadata=metadata), address,
-                            request, call_json, node=node, auto_renew=auto_renew)
+                            request, call_json, node=node, auto_renew=auto_renew,
+                            stall_timeout_s=stall_timeout_s)
 
     def watch(self, address: str, partitions: Collection[int] | None = None,
               token: str | None = None) -> Any:

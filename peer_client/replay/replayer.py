@@ -41,7 +41,7 @@ from typing import Any
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from tidemark.gossip.record_signing import SignatureVerifier, verifier_of
-from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
+from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, STALL_TIMEOUT_S
 from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import Transport
 from tidemark.gossip.txlog_admission import TxlogAdmission
@@ -158,7 +158,10 @@ class ReplicaReplayer:
     nothing acked, dead-lettered or purged is delivered again) and the handover delivers
     the rest's Sends.
     False: the replica waits for the queues to cover the txlog end. ``delivery_limit``:
-    the queues job's (default: the ``TIDEMARK_DELIVERY_LIMIT`` setting)."""
+    the queues job's (default: the ``TIDEMARK_DELIVERY_LIMIT`` setting).
+    ``stall_timeout_s``: how long the peer waits for the serving replica's next message
+    before it gives that replica up and resumes on another (a partition drops packets
+    without an error; :data:`~tidemark.gossip.replay.STALL_TIMEOUT_S`)."""
 
     def __init__(self, settings: Settings, *, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW,
@@ -166,13 +169,14 @@ class ReplicaReplayer:
                  attempts: int = 5, handover_wait_s: float = 30.0,
                  handover_timeout_s: float | None = None, covered: bool = True,
                  delivery_limit: int | None = None,
+                 stall_timeout_s: float = STALL_TIMEOUT_S,
                  epoch: Callable[[], Epoch | None] | None = None,
                  client: ReplicaClient | None = None, token: str | None = None) -> None:
         self.settings, self.token = settings, token  # token: see ReplicaClient.peer_token
         self.batch, self.window, self.lease_ms = batch, window, lease_ms
         self.barrier_timeout_ms, self.attempts = barrier_timeout_ms, attempts
         self.handover_wait_s, self.handover_timeout_s = handover_wait_s, handover_timeout_s
-        self.covered = covered
+        self.covered, self.stall_timeout_s = covered, stall_timeout_s
         #: as the queues job counts failed deliveries (the ``delivery_limit`` setting)
         self.delivery_limit = (delivery_limit if delivery_limit is not None
                                else int(env_value("delivery_limit")))
@@ -261,7 +265,8 @@ class ReplicaReplayer:
         exclude: set[str] = set()
         after = -1
         opts: dict[str, Any] = {"batch": self.batch, "window": self.window,
-                                "barrier_timeout_ms": self.barrier_timeout_ms}
+                                "barrier_timeout_ms": self.barrier_timeout_ms,
+                                "stall_timeout_s": self.stall_timeout_s}
         if self.lease_ms is not None:
             opts["lease_ms"] = self.lease_ms
         if self.token:

@@ -18,9 +18,18 @@ released a Send before its Ack lay below its GC point, and after healing the pai
 - **one broker isolated** (chosen by the seed): leaders move, producers and consumers fail
   over;
 - **1% loss on every link** for 30 s (nftables drops packets at random; link delay needs the
-  kernel's netem, which the machines this runs on lack).
+  kernel's netem, which the machines this runs on lack);
+- **a replica's clock skewed** by five minutes (ahead with seed 1, behind with seed 2): the
+  node (chosen by the seed) is SIGKILLed and restarted under libfaketime, runs skewed under
+  traffic, then is restarted on the true clock. A node ahead has its gossip refused as
+  stamped in the future; one behind has its new states refused as older than the last it
+  sent: either way its contribution to the cut stalls, and the cut must not leap.
 
-Each scenario runs with 2 seeds.
+Each scenario runs with 2 seeds. Then, with the Spark queues job added on a host of its own:
+
+- **the replica serving a replay isolated mid-stream**: the recipient restarts after a
+  backlog built up, and the replica streaming its replay is cut off; the peer gives it up
+  after its stall timeout and resumes on the other replica.
 """
 
 from __future__ import annotations
@@ -36,12 +45,16 @@ import pytest
 from tests.nemesis.conftest import PARTITIONS
 from tests.nemesis.recorder import Recorder, sends_and_acks
 from tests.support import HandlerLog, PeerScript, wait_for
+from tidemark.log.offsets import end_offsets
+from tidemark.log.partitioner import partition_for_peer
 from tidemark.nemesis import Bounds, Confirmed, Convergence, Event, Handled, History, check
 from tidemark.nemesis.faults import Nemesis
 from tidemark.replica.config import load_cluster_file
+from tidemark.spark_streaming.depth import ProgressTracker
 from tidemark.stack.hosts import Hosts
 from tidemark.stack.launcher import LocalStack
-from tidemark.stack.replicas import CONFIG_NAME
+from tidemark.stack.replicas import CONFIG_NAME, plan
+from tidemark.stack.spark import plan as spark_plan
 
 pytestmark = [pytest.mark.nemesis, pytest.mark.timeout(900)]
 
@@ -85,23 +98,26 @@ SENDER = textwrap.dedent("""
 """)
 
 # The recipient on its host (persisted dedup store and replay on). argv: state dir, peer id, record
-# file, dedup folder.
+# file, dedup folder[, inbox limit, handler time in ms].
 RECIPIENT = textwrap.dedent("""
-    import sys
+    import sys, time
     from tidemark.log.settings import load_settings
     from tidemark.peer_client import MessageContext, Peer, PeerOptions
     from tidemark.peer_client.replay import ReplicaReplayer
     from tests.support import HandlerRecord, Job, serve_peer
 
     state, peer_id, path, dedup = sys.argv[1:5]
+    limit, pause = (int(sys.argv[5]), int(sys.argv[6]) / 1000) if len(sys.argv) > 6 else (0, 0)
     record = HandlerRecord(path, fsync=False)
     settings = load_settings(state_dir=state)
+    options = PeerOptions(dedup_dir=dedup, **({"inbox_limit": limit} if limit else {}))
     # replay on, as in production: its txlog follower delivers what the sender appended
     # unmarked because its direct call failed
-    peer = Peer(peer_id, None, settings, PeerOptions(dedup_dir=dedup),
-                replayer=ReplicaReplayer(settings))
+    peer = Peer(peer_id, None, settings, options, replayer=ReplicaReplayer(settings))
 
     def on_job(msg: Job, ctx: MessageContext) -> None:
+        if pause:
+            time.sleep(pause)
         record.write("done", peer.incarnation, ctx.message_id, msg.n)
 
     peer.handler(Job)(on_job)
@@ -139,6 +155,16 @@ def _isolate_broker(ctx: "Scenario") -> dict[str, object]:
     return {"victim": victim}
 
 
+def _skew_replica(ctx: "Scenario") -> dict[str, object]:
+    victim = sorted(ctx.nodes)[ctx.seed % len(ctx.nodes)]
+    seconds = SKEW_S if ctx.seed % 2 else -SKEW_S
+    ctx.restart_node(victim, ctx.nemesis.skew_env(seconds))
+    ctx.nemesis.skewed(ctx.hosts.add(victim).name, seconds)
+    ctx.undo.append(lambda: (ctx.restart_node(victim, {}),
+                             ctx.nemesis.skewed(ctx.hosts.add(victim).name, 0.0)))
+    return {"victim": victim, "skew_s": seconds}
+
+
 def _loss_everywhere(ctx: "Scenario") -> dict[str, object]:
     for host in sorted(ctx.hosts.hosts):
         ctx.nemesis.loss(host, 1.0)
@@ -146,13 +172,31 @@ def _loss_everywhere(ctx: "Scenario") -> dict[str, object]:
 
 
 class Scenario:
-    """What a fault function may touch: the hosts, the nemesis, the replica nodes and the
-    peers' hosts."""
+    """What a fault function may touch: the stack, its hosts, the nemesis, the replica nodes
+    and the peers' hosts. A fault that the nemesis cannot heal (a process restarted with a
+    skewed clock) appends its own remedy to ``undo``, run in order after the heal."""
 
-    def __init__(self, hosts: Hosts, nemesis: Nemesis, nodes: dict[str, str], seed: int,
-                 sender_host: str, recipient_host: str) -> None:
-        self.hosts, self.nemesis, self.nodes, self.seed = hosts, nemesis, nodes, seed
-        self.sender_host, self.recipient_host = sender_host, recipient_host
+    def __init__(self, stack: LocalStack, hosts: Hosts, nemesis: Nemesis,
+                 nodes: dict[str, str], seed: int, sender_host: str,
+                 recipient_host: str) -> None:
+        self.stack, self.hosts, self.nemesis, self.nodes = stack, hosts, nemesis, nodes
+        self.seed, self.sender_host, self.recipient_host = seed, sender_host, recipient_host
+        self.undo: list[Callable[[], object]] = []
+
+    def restart_node(self, node: str, env: dict[str, str]) -> None:
+        """SIGKILL replica node ``node`` and start it again with ``env`` over the stack's
+        environment for it (``{}``: none beyond the stack's)."""
+        spec = next(p for p in self.stack.processes("replica") if p.name == node)
+        self.stack.kill(node)
+        wait_for(lambda: not self.stack.alive(spec), 30, 0.05, f"{node} gone")
+        spec.env = {k: v for k, v in spec.env.items() if k not in SKEW_KEYS} | env
+        self.stack.ensure(spec, timeout_s=120)
+
+    def heal(self) -> None:
+        """Heal the network, then run the faults' own remedies (each once)."""
+        self.nemesis.heal()
+        while self.undo:
+            self.undo.pop(0)()
 
 
 #: Verdicts a scenario is known to fail today: none. (Per-sender order after a failed
@@ -165,83 +209,194 @@ SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
     "sender and recipient split": _split_peers,
     "one broker isolated": _isolate_broker,
     "1% loss on every link": _loss_everywhere,
+    "a replica's clock skewed": _skew_replica,
 }
+#: How far the skewed node's wall clock is moved (seconds).
+SKEW_S = 300.0
+#: The variables of :meth:`Nemesis.skew_env`, dropped when a node restarts on the true clock.
+SKEW_KEYS = ("LD_PRELOAD", "FAKETIME", "FAKETIME_DONT_FAKE_MONOTONIC", "FAKETIME_DONT_RESET")
 #: How long a scenario's fault lasts, in seconds (a window of time under traffic).
-FAULT_S = {"1% loss on every link": 30.0}
+FAULT_S = {"1% loss on every link": 30.0, "a replica's clock skewed": 20.0}
+
+
+class Run:
+    """One scenario's run: a sender and a recipient peer on hosts of their own, the nemesis,
+    the recorder; :meth:`finish` drains the traffic, waits for the pair to converge, and
+    judges the recorded history with the checker."""
+
+    def __init__(self, stack: LocalStack, hosts: Hosts, tag: str, seed: int, tmp_path: Path,
+                 peer_scripts: Callable[..., PeerScript]) -> None:
+        self.stack, self.hosts, self.tmp_path, self.scripts = stack, hosts, tmp_path, peer_scripts
+        cf = load_cluster_file(stack.state_dir / CONFIG_NAME)
+        self.nodes = {n.node_id: n.address for n in cf.nodes.values()}
+        self.sender, self.recipient = f"S{tag}", f"R{tag}"
+        self.record = HandlerLog(tmp_path / "handled.log")
+        self.confirmed_file = tmp_path / "confirmed.log"
+        self.nemesis = Nemesis(hosts, seed)
+        self.recorder = Recorder(self.nodes).start()
+        self.recipient_host = hosts.add(f"peer-{self.recipient.lower()}")
+        self.sender_host = hosts.add(f"peer-{self.sender.lower()}")
+        self.ctx = Scenario(stack, hosts, self.nemesis, self.nodes, seed,
+                            self.sender_host.name, self.recipient_host.name)
+        self.healed_at = 0
+
+    def start_recipient(self, *args: str) -> PeerScript:
+        """The recipient (``RECIPIENT``; ``args``: its inbox limit and handler time in ms)."""
+        return self.scripts(self.stack, self.recipient, RECIPIENT, str(self.record.path),
+                            str(self.tmp_path / "dedup"), *args, host=self.recipient_host)
+
+    def start_sender(self, rate: int) -> PeerScript:
+        """The sender at ``rate`` messages a second, once told ``go``."""
+        s = self.scripts(self.stack, self.sender, SENDER, self.recipient,
+                         str(self.confirmed_file), str(rate), host=self.sender_host)
+        s.ready()
+        return s
+
+    def confirmed(self) -> int:
+        return len(_confirmed(self.confirmed_file, self.sender))
+
+    def wait_confirmed(self, n: int, what: str, timeout_s: float = 180) -> None:
+        wait_for(lambda: self.confirmed() >= n, timeout_s, 0.2, what)
+
+    def heal(self) -> None:
+        self.ctx.heal()
+        self.healed_at = int(time.time() * 1000)
+
+    def finish(self, s: PeerScript, r: PeerScript) -> tuple[list[Confirmed], int]:
+        """Halt the sender, wait until the recipient handled every confirmed message, stop
+        both, and wait for the co-replicas to converge; the confirmed messages and when
+        they converged."""
+        s.command("halt")
+        sent = _confirmed(self.confirmed_file, self.sender)
+        ids = {c.message_id for c in sent}
+        wait_for(lambda: ids <= {mid for _, _, mid, _ in self.record.rows()}, 180, 0.2,
+                 "every confirmed message handled")
+        s.stop()  # nothing more is appended (the recipient's last acks included) before the
+        r.stop()  # co-replicas' final states are compared
+
+        def converged() -> bool:
+            samples = [self.recorder.sample(n) for n in self.nodes]
+            maps = [{k: p.held for k, p in x.partitions.items()} for x in samples if x]
+            return len(maps) == len(self.nodes) and all(m == maps[0] for m in maps)
+        wait_for(converged, CONVERGE_S * 2, 0.2, "co-replicas converged")
+        return sent, int(time.time() * 1000)
+
+    def close(self) -> None:
+        self.ctx.heal()
+        self.recorder.stop()
+
+    def judge(self, name: str, seed: int, sent: list[Confirmed], converged_at: int,
+              detail: dict[str, object]) -> dict[str, object]:
+        """Build the history, run the checker, print the summary; fails on any verdict
+        beyond ``KNOWN_VIOLATIONS``."""
+        partitions = list(range(PARTITIONS))
+        recorder = self.recorder
+        history = History(
+            events=[Event(e["t_ms"], e["kind"], {k: v for k, v in e.items()
+                                                 if k not in ("t_ms", "kind")})
+                    for e in self.nemesis.events],
+            confirmed={self.sender: sent},
+            handled={self.recipient: [Handled(inc, mid, self.sender, n)
+                                      for kind, inc, mid, n in self.record.rows()
+                                      if kind == "done"]},
+            dedup={self.recipient: True},
+            samples=recorder.samples,
+            owners={k: sorted(self.nodes) for k in partitions},
+            acks=(acks := sends_and_acks(self.stack.settings(), self.recipient, partitions)),
+            final=recorder.final(partitions, acks))
+        history.final.pairs = [Convergence(k, tuple(sorted(self.nodes)), self.healed_at,
+                                           converged_at) for k in partitions]
+        recorder.close()
+        report = check(history, Bounds(converge_s=CONVERGE_S))
+        summary = {"scenario": name, "seed": seed, **detail,
+                   "events": [e.to_dict() for e in history.events], "confirmed": len(sent),
+                   "samples": len(recorder.samples),
+                   "unanswered_samples": recorder.unanswered, "report": report.to_dict()}
+        print(json.dumps(summary))
+        known = KNOWN_VIOLATIONS.get(name, set())
+        assert set(report.to_dict()["failed"]) <= known, json.dumps(report.to_dict())
+        return summary
 
 
 @pytest.mark.parametrize("name,seed", [(name, seed) for name in SCENARIOS for seed in (1, 2)])
 def test_scenario(hosts_cluster: tuple[LocalStack, Hosts], name: str, seed: int,
                   tmp_path: Path, peer_scripts: Callable[..., PeerScript]) -> None:
     stack, hosts = hosts_cluster
-    cf = load_cluster_file(stack.state_dir / CONFIG_NAME)
-    nodes = {n.node_id: n.address for n in cf.nodes.values()}
-    tag = f"{list(SCENARIOS).index(name)}{seed}"
-    sender, recipient = f"S{tag}", f"R{tag}"
-    record, confirmed_file = HandlerLog(tmp_path / "handled.log"), tmp_path / "confirmed.log"
-    nemesis = Nemesis(hosts, seed)
-    recorder = Recorder(nodes).start()
-    recipient_host = hosts.add(f"peer-{recipient.lower()}")
-    sender_host = hosts.add(f"peer-{sender.lower()}")
-    r = peer_scripts(stack, recipient, RECIPIENT, str(record.path), str(tmp_path / "dedup"),
-                     host=recipient_host)
+    run = Run(stack, hosts, f"{list(SCENARIOS).index(name)}{seed}", seed, tmp_path,
+              peer_scripts)
+    r = run.start_recipient()
     r.ready()
-    s = peer_scripts(stack, sender, SENDER, recipient, str(confirmed_file), "200",
-                     host=sender_host)
-    s.ready()
-    ctx = Scenario(hosts, nemesis, nodes, seed, sender_host.name, recipient_host.name)
-    healed_at = 0
+    s = run.start_sender(200)
     try:
         s.command("go")
-        wait_for(lambda: len(_confirmed(confirmed_file, sender)) >= 500, 120, 0.2,
-                 "traffic confirmed before the fault")
-        detail = SCENARIOS[name](ctx)
-        before = len(_confirmed(confirmed_file, sender))
+        run.wait_confirmed(500, "traffic confirmed before the fault", 120)
+        detail = SCENARIOS[name](run.ctx)
+        before = run.confirmed()
         # the fault's length: a window of time under traffic, not a synchronisation
         time.sleep(FAULT_S.get(name, 8 + seed % 3))
-        during = len(_confirmed(confirmed_file, sender)) - before
-        nemesis.heal()
-        healed_at = int(time.time() * 1000)
-        wait_for(lambda: len(_confirmed(confirmed_file, sender)) >= before + during + 500, 180,
-                 0.2, "traffic confirmed after healing")
-        s.command("halt")
-        sent = _confirmed(confirmed_file, sender)
-        ids = {c.message_id for c in sent}
-        wait_for(lambda: ids <= {mid for _, _, mid, _ in record.rows()}, 180, 0.2,
-                 "every confirmed message handled")
-        s.stop()  # nothing more is appended (the recipient's last acks included) before the
-        r.stop()  # co-replicas' final states are compared
-
-        def converged() -> bool:
-            samples = [recorder.sample(n) for n in nodes]
-            maps = [{k: p.held for k, p in x.partitions.items()} for x in samples if x]
-            return len(maps) == len(nodes) and all(m == maps[0] for m in maps)
-        wait_for(converged, CONVERGE_S * 2, 0.2, "co-replicas converged")
-        converged_at = int(time.time() * 1000)
+        during = run.confirmed() - before
+        run.heal()
+        run.wait_confirmed(before + during + 500, "traffic confirmed after healing")
+        sent, converged_at = run.finish(s, r)
     finally:
-        nemesis.heal()
-        recorder.stop()
-    partitions = list(range(PARTITIONS))
-    history = History(
-        events=[Event(e["t_ms"], e["kind"], {k: v for k, v in e.items()
-                                             if k not in ("t_ms", "kind")})
-                for e in nemesis.events],
-        confirmed={sender: sent},
-        handled={recipient: [Handled(inc, mid, sender, n) for kind, inc, mid, n in record.rows()
-                             if kind == "done"]},
-        dedup={recipient: True},
-        samples=recorder.samples,
-        owners={k: sorted(nodes) for k in partitions},
-        acks=(acks := sends_and_acks(stack.settings(), recipient, partitions)),
-        final=recorder.final(partitions, acks))
-    history.final.pairs = [Convergence(k, tuple(sorted(nodes)), healed_at, converged_at)
-                           for k in partitions]
-    recorder.close()
-    report = check(history, Bounds(converge_s=CONVERGE_S))
-    summary = {"scenario": name, "seed": seed, **detail,
-               "events": [e.to_dict() for e in history.events], "confirmed": len(sent),
-               "confirmed_during_fault": during, "samples": len(recorder.samples),
-               "unanswered_samples": recorder.unanswered, "report": report.to_dict()}
-    print(json.dumps(summary))
-    known = KNOWN_VIOLATIONS.get(name, set())
-    assert set(report.to_dict()["failed"]) <= known, json.dumps(report.to_dict())
+        run.close()
+    run.judge(name, seed, sent, converged_at, {**detail, "confirmed_during_fault": during})
+
+
+#: Messages sent to the recipient while it is down, which its replay then streams.
+REPLAY_BACKLOG = 4000
+
+
+def test_the_replica_serving_a_replay_isolated_mid_stream(
+        hosts_cluster: tuple[LocalStack, Hosts], tmp_path: Path,
+        peer_scripts: Callable[..., PeerScript]) -> None:
+    """The recipient is SIGKILLed under traffic and restarts while the sender goes on; its
+    replay (paced by a small inbox and a slow handler) is streaming from one replica when
+    the nemesis isolates that replica's host. A partition drops packets: the stream does not
+    fail, it goes silent. The peer gives the silent replica up after its stall timeout and
+    resumes on the other replica after the last offset it received; then the usual verdicts
+    (nothing confirmed lost or handled twice, order, cut, release, convergence)."""
+    stack, hosts = hosts_cluster
+    stack.up(brokers=3, extra=[lambda st: plan(st, "1x2"), spark_plan], timeout_s=300)
+    run = Run(stack, hosts, "Q1", 1, tmp_path, peer_scripts)
+    settings = stack.settings()
+    k = partition_for_peer(run.recipient, PARTITIONS)
+    r1 = run.start_recipient()
+    r1.ready()
+    s = run.start_sender(400)
+    try:
+        s.command("go")
+        run.wait_confirmed(500, "traffic confirmed before the kill", 120)
+        r1.sigkill()
+        run.wait_confirmed(run.confirmed() + REPLAY_BACKLOG, "traffic while the recipient is down")
+        end = end_offsets(settings, "txlog")[k]
+        tracker = ProgressTracker(settings)
+        try:
+            wait_for(lambda: tracker.poll(0.5).get(k, 0) >= end, 300, 0,
+                     "the queues job covering the recipient's backlog")
+        finally:
+            tracker.close()
+        # inbox limit 200, 3 ms a message: the replay streams for several seconds
+        r2 = run.start_recipient("200", "3")
+
+        def serving() -> str | None:
+            r2.command("status")
+            line = r2.line()
+            assert not line.startswith("ready"), "the replay ended before the isolation"
+            rep = json.loads(line).get("replay") or {}
+            assert rep.get("stage") not in ("handover", "normal"), \
+                f"the replay ended before the isolation: {rep}"
+            return rep["nodes"][-1] if rep.get("nodes") and rep.get("replayed") else None
+        victim = str(wait_for(serving, 300, 0.05, "the replica serving the replay"))
+        run.nemesis.isolate(hosts.add(victim).name)
+        r2.ready()                        # start() returns: replayed, handed over, normal
+        rep = r2.status()["replay"]
+        run.heal()
+        run.wait_confirmed(run.confirmed() + 500, "traffic confirmed after healing")
+        sent, converged_at = run.finish(s, r2)
+    finally:
+        run.close()
+    assert rep["retries"] >= 1 and rep["nodes"][0] == victim and rep["nodes"][-1] != victim, rep
+    run.judge("the replica serving a replay isolated", 1, sent, converged_at,
+              {"victim": victim, "replayed": rep["replayed"], "retries": rep["retries"],
+               "nodes": rep["nodes"], "replay_ms": rep["replay_ms"]})

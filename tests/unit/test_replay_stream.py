@@ -13,7 +13,12 @@ import grpc
 import pytest
 
 from tests.support import wait_for
-from tidemark.gossip.exceptions import QueuesBehindError, ReplayInterruptedError, ReplayRefusedError
+from tidemark.gossip.exceptions import (
+    NodeUnreachableError,
+    QueuesBehindError,
+    ReplayInterruptedError,
+    ReplayRefusedError,
+)
 from tidemark.gossip.service import ReplicaClient, start_server
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.settings import Settings
@@ -324,3 +329,45 @@ def test_a_covered_replay_and_a_retry_do_not_wait_for_the_queues(replica: Replic
     with pytest.raises(ReplayRefusedError):
         list(client.replay(replica.address, PEER, "test", barrier=-3).entries())
     client.close()
+
+
+class SilentReplica:
+    """A Replay handler that sends its header (or, ``header=False``, nothing) and then stays
+    silent with the call open, as a replica cut off by a partition looks to the peer: no
+    reset, no error, no message."""
+
+    def __init__(self, header: bool) -> None:
+        self.header, self.release = header, threading.Event()
+        self.address = f"127.0.0.1:{free_ports(1)[0]}"
+        self.server = start_server(self.address, {}, streams={"Replay": self.handle})
+
+    def handle(self, requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
+        next(requests)
+        if self.header:
+            yield b"H" + json.dumps({"pin": "p1", "barrier": 100, "partition": K,
+                                     "node": "n1"}).encode()
+        self.release.wait(30)
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.stop(0)
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_a_replica_that_goes_silent_is_given_up_after_the_stall_timeout(header: bool) -> None:
+    silent = SilentReplica(header)
+    client = ReplicaClient()
+    try:
+        if not header:
+            with pytest.raises(NodeUnreachableError, match="sent no header"):
+                client.replay(silent.address, PEER, "test", stall_timeout_s=0.5)
+            return
+        stream = client.replay(silent.address, PEER, "test", stall_timeout_s=0.5)
+        assert stream.barrier == 100
+        with pytest.raises(ReplayInterruptedError, match="sent nothing for 0.5 s") as err:
+            list(stream.entries())
+        assert err.value.last_offset == -1
+        stream.close(release=False)
+    finally:
+        client.close()
+        silent.close()

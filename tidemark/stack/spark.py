@@ -19,6 +19,8 @@ def plan(stack: LocalStack) -> list[ProcessSpec]:
     The stack counts it ready once its streaming query runs (it creates
     ``<state dir>/spark/query-running``): the Spark session and the query take most of a
     minute to start on a busy 2-core machine, and a restarting peer's replay waits for them.
+    On a stack of hosts (:class:`~tidemark.stack.hosts.Hosts`) the job runs on a host of its
+    own, ``spark``.
     """
     state = str(stack.state_dir)
     checkpoint = default_checkpoint(load_settings(state_dir=stack.state_dir), state)
@@ -26,4 +28,5 @@ def plan(stack: LocalStack) -> list[ProcessSpec]:
     argv = [sys.executable, "-m", "tidemark", "queues", "run", "--state-dir", state,
             "--checkpoint", str(checkpoint), "--trigger", "500ms", "--ready-file", ready]
     return [ProcessSpec(name="spark", kind="spark", argv=argv,
-                        env={"TIDEMARK_STATE_DIR": state}, ready_file=ready)]
+                        env={"TIDEMARK_STATE_DIR": state}, ready_file=ready,
+                        host=stack.place("spark"))]
