@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +22,14 @@ from tidemark.log.settings import Settings, load_settings
 
 __all__ = ["Parser", "EnvDefault", "env_flag", "add_settings_args", "settings_from_args",
            "add_group", "add_command", "add_rounds_args", "run_rounds_bench", "duration_ms",
-           "cluster_file", "print_json", "progress", "replica_switch"]
+           "cluster_file", "print_json", "progress", "replica_switch", "add_json_flag",
+           "emit", "EXIT_MISSED", "add_check_flag", "check_exit", "finish_check",
+           "add_bench_check", "bench_exit"]
+
+#: The exit code of a run that finished but missed what ``--check`` asked of it (a bench
+#: below its printed target, a machine not quiet by ``local settle``'s deadline). 1 stays
+#: an error (the command could not do its work), 2 a usage error.
+EXIT_MISSED = 3
 
 
 class Parser(argparse.ArgumentParser):
@@ -117,9 +124,66 @@ def add_command(sub: argparse._SubParsersAction[Any], name: str,
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help)
     add_settings_args(parser)
     if json:
-        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+        add_json_flag(parser)
     parser.set_defaults(func=func)
     return parser
+
+
+def add_json_flag(parser: argparse.ArgumentParser,
+                  help: str = "print JSON instead of text") -> None:
+    """``--json``: the command prints one JSON object on stdout (see :func:`emit`) instead of
+    its text lines."""
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def emit(args: argparse.Namespace, doc: Any, *lines: str) -> None:
+    """A command's output: with ``--json``, ``doc`` as one JSON object on stdout; else its
+    text ``lines``, each printed as it is."""
+    if getattr(args, "json", False):
+        print_json(doc)
+    else:
+        for line in lines:
+            print(line)
+
+
+def add_check_flag(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--check``: exit :data:`EXIT_MISSED` when the run misses what ``help`` says (see
+    :func:`finish_check`); without it the exit code does not depend on the outcome."""
+    parser.add_argument("--check", action="store_true",
+                        help=f"exit {EXIT_MISSED} (after printing the figures) if {help}")
+
+
+def check_exit(misses: Sequence[str], check: bool) -> int:
+    """The exit code of a run that finished: :data:`EXIT_MISSED` when ``--check`` was given
+    and the run missed something (``misses``: what, one phrase each), else 0."""
+    return EXIT_MISSED if check and misses else 0
+
+
+def finish_check(args: argparse.Namespace, what: str, misses: Sequence[str]) -> int:
+    """:func:`check_exit` for ``args.check``; a miss under ``--check`` is also one line on
+    stderr naming ``what`` missed and why."""
+    code = check_exit(misses, bool(getattr(args, "check", False)))
+    if code:
+        print(f"tidemark: {what}: {'; '.join(misses)} (--check: exit {code})",
+              file=sys.stderr, flush=True)
+    return code
+
+
+def add_bench_check(parser: argparse.ArgumentParser,
+                    misses: Callable[[dict[str, Any]], list[str]], targets: str) -> None:
+    """``--check`` of a bench: ``misses`` (a function of :mod:`tidemark.bench.targets`)
+    tells from the bench's result which of its printed ``targets`` it missed;
+    :func:`bench_exit` turns that into the exit code."""
+    add_check_flag(parser, f"the result misses its target ({targets})")
+    parser.set_defaults(bench_misses=misses)
+
+
+def bench_exit(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    """The exit code of a bench that printed ``result``: 0, or :data:`EXIT_MISSED` with
+    ``--check`` when it missed a target (:func:`add_bench_check`)."""
+    misses = getattr(args, "bench_misses", None)
+    return finish_check(args, f"bench {getattr(args, 'bench', '')} missed its target",
+                        misses(result) if misses else [])
 
 
 def add_rounds_args(parser: argparse.ArgumentParser, messages: int = 200_000,

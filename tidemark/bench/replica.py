@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tidemark.options import bench_exit
+
 __all__ = ["run_bench", "gc_bench"]
 
 
@@ -130,7 +132,7 @@ def run_bench(args: argparse.Namespace) -> int:
               f"{result['raw_peak_rss_mib']} MiB)")
         print(f"ratio:        {result['ratio']:>10}      (target >= 100,000 tx/s: "
               f"{'met' if node_rate >= 100_000 else 'NOT met'})")
-    return 0
+    return bench_exit(args, result)
 
 
 # ---- ingest with GC running ---------------------------------------------------------------

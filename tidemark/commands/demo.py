@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tidemark.bench import targets
 from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW
 from tidemark.options import (
+    add_bench_check,
     add_command,
     add_rounds_args,
+    bench_exit,
     cluster_file,
     print_json,
     progress,
@@ -61,7 +64,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
             skip_reason=reason)
     if args.json:
         print_json(r)
-        return 0
+        return bench_exit(args, r)
     rate_ok = "meets" if r["peer_msgs_per_s"] >= r["target_msgs_per_s"] else "BELOW"
     ratio_ok = "meets" if (r["ratio"] or 0) >= r["target_ratio"] else "BELOW"
     print(f"raw confluent-kafka consumer (same queue records): {r['raw_msgs_per_s']:>10,}"
@@ -88,7 +91,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
               " turn:")
     for line in side_by_side(r, "msgs/s"):
         print(line)
-    return 0
+    return bench_exit(args, r)
 
 
 def _bench_catchup(args: argparse.Namespace) -> int:
@@ -107,7 +110,7 @@ def _bench_catchup(args: argparse.Namespace) -> int:
         print_json(r)
     else:
         print(render(r))
-    return 1 if args.check and r["misses"] else 0
+    return bench_exit(args, r)
 
 
 def register(commands: argparse._SubParsersAction[Any],
@@ -153,6 +156,8 @@ def register(commands: argparse._SubParsersAction[Any],
     b.add_argument("--security-messages", type=int, default=None, metavar="N",
                    help="the backlog of each security round (default: a quarter of"
                         " --messages)")
+    add_bench_check(b, targets.replay, ">= 100,000 msgs/s and ratio >= 0.5; security_ratio"
+                                       " >= 0.9 when compared")
 
     c = add_command(bench, "catchup", _bench_catchup,
                     "a peer down for --down s under steady traffic, restarted with the traffic"
@@ -183,6 +188,5 @@ def register(commands: argparse._SubParsersAction[Any],
                         " traffic and the run misses its target")
     c.add_argument("--folder", default=None, help="ledgers, sent ids, logs and summary.json"
                                                   " (default: <state dir>/catchup)")
-    c.add_argument("--check", action="store_true",
-                   help="exit 1 if this run misses a target: time to normal <= 15 s,"
-                        " held-back peak within its bound, nothing lost or applied twice")
+    add_bench_check(c, targets.catchup, "time to normal <= 15 s, held-back peak within its"
+                                        " bound, nothing lost or applied twice")

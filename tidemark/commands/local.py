@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 
 from tidemark.exceptions import StackError
-from tidemark.options import add_group, env_flag, print_json, progress
+from tidemark.options import (
+    add_check_flag,
+    add_group,
+    add_json_flag,
+    emit,
+    env_flag,
+    finish_check,
+    print_json,
+    progress,
+)
 from tidemark.stack import LocalStack, replica_plan, spark_plan
 from tidemark.stack.settle import QUIET_CORES, wait_quiet
 
@@ -60,20 +69,21 @@ def _local_status(args: argparse.Namespace) -> int:
 
 def _local_down(args: argparse.Namespace) -> int:
     stopped = _stack(args).down(grace_s=args.grace)
-    print(f"stopped: {', '.join(stopped) or 'nothing'}")
+    emit(args, {"stopped": stopped}, f"stopped: {', '.join(stopped) or 'nothing'}")
     return 0
 
 
 def _local_kill(args: argparse.Namespace) -> int:
     pid = _stack(args).kill(args.name)
-    print(f"killed {args.name} (pid {pid}) with SIGKILL")
+    emit(args, {"name": args.name, "pid": pid},
+         f"killed {args.name} (pid {pid}) with SIGKILL")
     return 0
 
 
 def _local_settle(args: argparse.Namespace) -> int:
     settled = wait_quiet(args.cores, args.timeout, progress=progress)
-    print(f"machine {settled.describe(args.cores)}")
-    return 0
+    emit(args, settled.as_json(args.cores), f"machine {settled.describe(args.cores)}")
+    return finish_check(args, "local settle", settled.misses(args.cores))
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -88,23 +98,28 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                          " settings go to the state folder, where every command takes them")
     up.add_argument("--timeout", type=float, default=180.0,
                     help="seconds to wait for every process to be up")
-    up.add_argument("--json", action="store_true", help="print the stack's state as JSON")
+    add_json_flag(up, help="print the stack's state as JSON")
     up.set_defaults(func=_local_up)
     status = sub.add_parser("status", help="each process, its address, pid and liveness")
-    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_flag(status)
     status.set_defaults(func=_local_status)
     down = sub.add_parser("down", help="stop everything the stack started")
     down.add_argument("--grace", type=float, default=20.0, help="seconds before SIGKILL")
+    add_json_flag(down, help='print {"stopped": [names]} as JSON instead of text')
     down.set_defaults(func=_local_down)
     kill = sub.add_parser("kill", help="SIGKILL one process (broker-1, p0r1, spark)")
     kill.add_argument("name", help="the process to kill (broker-1, p0r0, queues-job...)")
+    add_json_flag(kill, help='print {"name": ..., "pid": ...} as JSON instead of text')
     kill.set_defaults(func=_local_kill)
     settle = sub.add_parser("settle", help="wait until the machine is quiet (before a"
                                            " measurement); prints how busy it was")
     settle.add_argument("--cores", type=float, default=QUIET_CORES,
                         help=f"quiet means fewer cores busy than this (default {QUIET_CORES})")
     settle.add_argument("--timeout", type=float, default=120.0,
-                        help="give up after this many seconds (exit 0, says NOT quiet)")
+                        help="give up after this many seconds (exit 0, says NOT quiet;"
+                             " exit 3 with --check)")
+    add_check_flag(settle, "the machine is not quiet by --timeout (one line on stderr says so)")
+    add_json_flag(settle, help="print the figures and whether the machine was quiet as JSON")
     settle.set_defaults(func=_local_settle)
     for p in (up, status, down, kill, settle):
         env_flag(p, "--state-dir", "state_dir")

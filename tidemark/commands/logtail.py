@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException
 
 from tidemark.log.exceptions import ConfigError, LogError
 from tidemark.log.settings import TOPICS
-from tidemark.options import add_command, add_group, settings_from_args
+from tidemark.options import add_command, add_group, add_json_flag, settings_from_args
 
 __all__ = ["register"]
 
@@ -56,8 +56,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                       help="the logical topic (default txlog)")
     tail.add_argument("--decode", action=argparse.BooleanOptionalAction, default=True,
                       help="decode each Avro record (default on; --no-decode: sizes only)")
-    tail.add_argument("--json", action="store_true",
-                      help="one JSON object a line (bytes fields as base64)")
+    add_json_flag(tail, help="one JSON object a line (bytes fields as base64)")
     tail.add_argument("--from-beginning", action="store_true",
                       help="every record from the start of each partition")
     tail.add_argument("--last", type=int, default=10, metavar="N",

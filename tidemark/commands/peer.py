@@ -4,14 +4,22 @@ token`` (a peer's credential) and ``tidemark bench send``."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from tidemark.bench import targets
 from tidemark.options import (
+    add_bench_check,
     add_command,
     add_group,
+    add_json_flag,
     add_rounds_args,
+    bench_exit,
     cluster_file,
     duration_ms,
+    emit,
     env_flag,
     operator_transport,
     print_json,
@@ -24,14 +32,45 @@ from tidemark.options import (
 __all__ = ["register"]
 
 
-def _depths(args: argparse.Namespace) -> dict[str, int]:
-    """Queue depth per peer from the queues topic; empty when it cannot be read."""
-    from tidemark.log.exceptions import TidemarkError
-    from tidemark.spark_streaming.depth import depth_report
-    try:
+def _depth_lookup(args: argparse.Namespace) -> Callable[[], dict[str, int]]:
+    """Queue depth per peer from the queues topic (raises when it cannot be read)."""
+    def lookup() -> dict[str, int]:
+        from tidemark.spark_streaming.depth import depth_report
         return dict(depth_report(settings_from_args(args))["peers"])
-    except TidemarkError:
-        return {}
+    return lookup
+
+
+def with_depths(rows: list[dict[str, Any]], lookup: Callable[[], dict[str, int]]
+                ) -> str | None:
+    """Set each row's ``queue_depth`` from ``lookup()`` (0: the peer has no queue entry).
+    When the lookup raises (the queues topic cannot be read), every depth is None
+    (unknown, not 0) and the reason is returned; else None."""
+    from confluent_kafka import KafkaException
+
+    from tidemark.log.exceptions import TidemarkError
+    try:
+        depths = lookup()
+    except (TidemarkError, KafkaException) as exc:
+        for row in rows:
+            row["queue_depth"] = None
+        detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args \
+            and hasattr(exc.args[0], "str") else str(exc)
+        return " ".join(detail.split()) or type(exc).__name__
+    for row in rows:
+        row["queue_depth"] = depths.get(row["peer_id"], 0)
+    return None
+
+
+def list_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """``peer list``'s table; an unknown queue depth (None) shows as ``?``."""
+    lines = [f"{'peer':<24} {'environment':<12} {'endpoint':<22} {'state':<5}"
+             f" {'incarnation':<14} {'heartbeat':>9} {'queue':>7}"]
+    for r in rows:
+        depth = "?" if r["queue_depth"] is None else r["queue_depth"]
+        lines.append(f"{r['peer_id']:<24} {r['environment']:<12} {r['endpoint'] or '-':<22} "
+                     f"{'up' if r['up'] else 'DOWN':<5} {r['incarnation'][:14]:<14} "
+                     f"{r['heartbeat_age_s']:>8}s {depth:>7}")
+    return lines
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -39,18 +78,12 @@ def _list(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     rows: list[dict[str, Any]] = list_peers(settings, args.environment,
                                             dead_after_ms=int(args.dead_after * 1000))
-    depths = _depths(args)
-    for row in rows:
-        row["queue_depth"] = depths.get(row["peer_id"], 0)
-    if args.json:
-        print_json(rows)
-        return 0
-    print(f"{'peer':<24} {'environment':<12} {'endpoint':<22} {'state':<5} {'incarnation':<14}"
-          f" {'heartbeat':>9} {'queue':>7}")
-    for r in rows:
-        print(f"{r['peer_id']:<24} {r['environment']:<12} {r['endpoint'] or '-':<22} "
-              f"{'up' if r['up'] else 'DOWN':<5} {r['incarnation'][:14]:<14} "
-              f"{r['heartbeat_age_s']:>8}s {r['queue_depth']:>7}")
+    why = with_depths(rows, _depth_lookup(args))
+    if why is not None:
+        shown = "null" if args.json else "?"
+        print(f"tidemark: warning: queue depth unknown (shown as {shown}): cannot read"
+              f" {settings.topic('queues')}: {why}", file=sys.stderr, flush=True)
+    emit(args, rows, *list_lines(rows))
     return 0
 
 
@@ -105,15 +138,20 @@ def _purge(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from tidemark.gossip.pki import write_private
     from tidemark.stack.replicas import peer_token
     token = peer_token(Path(cluster_file(args)), args.peer_id, args.environment, args.ttl)
     if args.write:  # 0600, an existing file tightened
         write_private(Path(args.write), (token + "\n").encode())
-    print(token)
+    emit(args, token_doc(args.peer_id, args.environment, token, args.write), token)
     return 0
+
+
+def token_doc(peer: str, environment: str, token: str, file: str | None) -> dict[str, Any]:
+    """``peer token --json``: whose token it is, the token, and the file it was written to
+    (None without ``--write``)."""
+    return {"peer": peer, "environment": environment, "token": token,
+            "file": str(Path(file).resolve()) if file else None}
 
 
 def _security_args(parser: argparse.ArgumentParser, pairs: bool = True) -> None:
@@ -142,7 +180,7 @@ def _bench_send(args: argparse.Namespace) -> int:
                                             compare_insecure=args.security_compare))
     if args.json:
         print_json(result)
-        return 0
+        return bench_exit(args, result)
     print(f"raw confluent-kafka producer      : {result['raw_msgs_per_s']:>10,} msg/s")
     print(f"Peer.post (durability log)        : {result['peer_msgs_per_s']:>10,} msg/s"
           f"  ratio {result['ratio']:.3f}")
@@ -152,7 +190,7 @@ def _bench_send(args: argparse.Namespace) -> int:
     verdict = "meets" if result["ratio"] >= result["target_ratio"] else "BELOW"
     print(f"({verdict} target >= {result['target_ratio']}; median of {result['rounds']} rounds)")
     _print_security(result, "msgs/s")
-    return 0
+    return bench_exit(args, result)
 
 
 def _bench_stable(args: argparse.Namespace) -> int:
@@ -166,7 +204,7 @@ def _bench_stable(args: argparse.Namespace) -> int:
                               pairs=args.security_pairs, skip_reason=reason)
     if args.json:
         print_json(result)
-        return 0
+        return bench_exit(args, result)
     verdict = "meets" if result["stable_p99_ms"] <= result["target_p99_ms"] else "ABOVE"
     print(f"send->stable at durability all, sent at {result['achieved_rate']:,} of"
           f" {result['target_rate']:,} msgs/s: p50 {result['stable_p50_ms']} ms,"
@@ -177,7 +215,7 @@ def _bench_stable(args: argparse.Namespace) -> int:
           f" p99 {result['raw_ack_p99_ms']} ms (Kafka alone; stable p99 / raw p99 ="
           f" {result['ratio_p99']})")
     _print_security(result, "ms p99")
-    return 0
+    return bench_exit(args, result)
 
 
 def register(commands: argparse._SubParsersAction[Any],
@@ -205,12 +243,14 @@ def register(commands: argparse._SubParsersAction[Any],
                        help="expire after this long, e.g. 24h (default: no expiry)")
     token.add_argument("--write", default=None, metavar="FILE",
                        help="also write it to FILE (mode 600), for TIDEMARK_PEER_TOKEN_FILE")
+    add_json_flag(token, help="print the peer, environment, token and file as JSON")
     token.set_defaults(func=_token)
 
     send = add_command(bench, "send", _bench_send,
                        "Peer.send (durability log) vs raw confluent-kafka")
     add_rounds_args(send)
     _security_args(send, pairs=False)
+    add_bench_check(send, targets.send, "ratio >= 0.8; security_ratio >= 0.9 when compared")
 
     stable = add_command(bench, "stable", _bench_stable,
                          "send->stable latency at durability all (needs the replica nodes)")
@@ -219,3 +259,5 @@ def register(commands: argparse._SubParsersAction[Any],
     stable.add_argument("--warm-up", type=float, default=10.0, metavar="SECONDS",
                         help="uncounted seconds at the same rate before each round")
     _security_args(stable)
+    add_bench_check(stable, targets.stable,
+                    "p99 <= 100 ms; security_ratio >= 0.9 when compared")

@@ -9,8 +9,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidemark.bench import targets
 from tidemark.log.exceptions import ConfigError
-from tidemark.options import add_command, add_group, duration_ms, env_flag, settings_from_args
+from tidemark.options import (
+    add_bench_check,
+    add_command,
+    add_group,
+    bench_exit,
+    duration_ms,
+    env_flag,
+    settings_from_args,
+)
 from tidemark.spark_streaming.checkpoint import default_checkpoint
 from tidemark.spark_streaming.exceptions import QueuesError
 
@@ -91,7 +100,7 @@ def _bench(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print_report(result)
-    return 0
+    return bench_exit(args, result)
 
 
 def _job_args(parser: argparse.ArgumentParser) -> None:
@@ -146,4 +155,5 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--backlog", type=int, default=0, metavar="N",
                    help="first queue N messages for one peer that never acks (a down peer),"
                         " then measure the others' send->queue latency (default 0)")
+    add_bench_check(b, targets.queues, "send->queue p99 < 3 s")
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from tidemark.options import cluster_file, env_flag, operator_transport, progress
+from tidemark.bench import targets
+from tidemark.options import (
+    add_bench_check,
+    add_json_flag,
+    bench_exit,
+    cluster_file,
+    env_flag,
+    operator_transport,
+    progress,
+)
 
 __all__ = ["register"]
 
@@ -47,7 +56,7 @@ def _bench_gc(args: argparse.Namespace) -> int:
                       ingest_records=args.records, say=progress)
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
+        return bench_exit(args, result)
     print(f"store of {result['store_records']:,} records, {result['ingested_records']:,} more"
           f" ingested into fresh copies of it, {result['runs_per_side']} runs with GC and"
           f" {result['runs_per_side']} without, alternating")
@@ -60,7 +69,7 @@ def _bench_gc(args: argparse.Namespace) -> int:
               f" peak RSS {r['peak_rss_mib']} MiB)")
     print(f"({'meets' if result['met'] else 'BELOW'} target ratio >= {result['target_ratio']}"
           f" at both minimum ages; load average {result['load_average_1m']})")
-    return 0
+    return bench_exit(args, result)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -79,7 +88,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                           " (TIDEMARK_INSECURE=1); a warning at every start")
     run.set_defaults(func=_run)
     status = sub.add_parser("status", help="nodes, epoch, interval maps, UST, GC point")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_flag(status, help="machine-readable output")
     env_flag(status, "--config", "config",
              help="cluster TOML (default: the local stack's cluster.toml)")
     env_flag(status, "--state-dir", "state_dir")
@@ -96,7 +105,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                              " deleted after)")
     ingest.add_argument("--partitions", type=int, default=4, help="txlog partitions")
     ingest.add_argument("--dir", default=None, help="scratch folder for the stores")
-    ingest.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_flag(ingest)
+    add_bench_check(ingest, targets.ingest, "node ingest >= 100,000 tx/s")
     ingest.set_defaults(func=_bench_ingest)
     gc = bench.add_parser("gc", help="ingest with GC running on a 1M-record store vs without"
                                      " (minimum age 0 and 24 h)")
@@ -105,5 +115,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     gc.add_argument("--store-records", type=int, default=1_000_000,
                     help="records in the store before GC")
     gc.add_argument("--records", type=int, default=1_000_000, help="records to release")
-    gc.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_json_flag(gc)
+    add_bench_check(gc, targets.gc, "ratio >= 0.8 at both minimum ages")
     gc.set_defaults(func=_bench_gc)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from tidemark.bench import targets
 from tidemark.log.exceptions import ConfigError
 from tidemark.options import (
+    add_bench_check,
     add_command,
     add_group,
     add_rounds_args,
+    bench_exit,
+    emit,
     print_json,
     run_rounds_bench,
     settings_from_args,
@@ -47,8 +52,18 @@ def _topics_create(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     created = ensure_topics(settings, timeout_s=args.timeout)
     check_replication(settings, allow_under_replicated=args.allow_under_replicated)
-    print(f"created: {', '.join(created) or 'nothing (all exist)'}")
+    emit(args, topics_created_doc(settings, created),
+         f"created: {', '.join(created) or 'nothing (all exist)'}")
     return 0
+
+
+def topics_created_doc(settings: Any, created: list[str]) -> dict[str, Any]:
+    """``topics create --json``: the cluster, the five topics (logical name: topic) and
+    the ones this run created."""
+    from tidemark.log.settings import TOPICS
+    return {"bootstrap": settings.bootstrap,
+            "topics": {name: settings.topic(name) for name in TOPICS},
+            "created": list(created)}
 
 
 def _topics_describe(args: argparse.Namespace) -> int:
@@ -76,14 +91,14 @@ def _bench_produce(args: argparse.Namespace) -> int:
         print(f"ratio                        : {result['ratio']:>10.3f}  ({verdict} target"
               f" >= {result['target_ratio']}; {result['messages']:,} msgs of"
               f" {result['record_bytes']} bytes, acks=all, RF=3, median of {result['rounds']})")
-    return 0
+    return bench_exit(args, result)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``topics``, ``load`` and ``bench produce``."""
     tsub = add_group(commands, "topics", "create or describe the five topics on any cluster")
     create = add_command(tsub, "create", _topics_create,
-                         "create missing topics with the durable defaults", json=False)
+                         "create missing topics with the durable defaults")
     create.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for the topics and their leaders")
     create.add_argument("--allow-under-replicated", action="store_true",
@@ -99,3 +114,4 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     produce = add_command(bench, "produce", _bench_produce,
                           "LogProducer vs raw confluent-kafka producer")
     add_rounds_args(produce)
+    add_bench_check(produce, targets.produce, "ratio >= 0.8")

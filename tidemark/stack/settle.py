@@ -101,6 +101,23 @@ class Settled:
                      " window: time a runnable task waited for a CPU)")
         return line
 
+    def misses(self, threshold: float) -> list[str]:
+        """What ``local settle --check`` fails on: empty when quiet, else one phrase."""
+        if self.quiet:
+            return []
+        return [f"machine NOT quiet after {self.waited_s:.0f} s: {self.busy:.2f} cores busy"
+                f" (quiet is fewer than {threshold:g})"]
+
+    def as_json(self, threshold: float) -> dict[str, object]:
+        """The figures of :meth:`describe` as one JSON document (``local settle --json``)."""
+        pressure = self.last.pressure
+        return {"quiet": self.quiet, "threshold_cores": threshold,
+                "busy_cores": round(self.busy, 2), "cores": os.cpu_count(),
+                "waited_s": round(self.waited_s, 1),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+                "steal_cores": round(self.last.steal, 2),
+                "cpu_pressure_pct": None if pressure is None else round(pressure, 1)}
+
 
 #: Quiet means fewer cores busy than this (``local settle --cores``, the benches' waits).
 QUIET_CORES = 0.5

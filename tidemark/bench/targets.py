@@ -1,0 +1,77 @@
+"""Which printed targets a bench's result missed: the decision behind ``tidemark bench ...
+--check`` (:func:`tidemark.options.bench_exit` turns a non-empty list into exit code 3).
+
+One pure function per bench, from its result (the document ``--json`` prints) to the
+targets it missed, one phrase each; empty: it met every target it prints. Each reads the same
+fields, with the same comparison, as the bench's own "meets"/"BELOW"/"MISSES" verdict. A
+security comparison that ran (``security_met`` true or false) counts as a target; one that
+did not run (``--no-security-compare``, ``security_met`` null) does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["produce", "send", "stable", "ingest", "gc", "queues", "replay", "catchup"]
+
+
+def _below(name: str, value: Any, target: Any) -> list[str]:
+    """``name`` missed ``value >= target`` (a missing value misses)."""
+    return [] if value is not None and value >= target else [f"{name} {value} < {target}"]
+
+
+def _security(r: dict[str, Any]) -> list[str]:
+    if r.get("security_met") is False:
+        return [f"security_ratio {r.get('security_ratio')} < {r.get('security_target_ratio')}"]
+    return []
+
+
+def produce(r: dict[str, Any]) -> list[str]:
+    """``bench produce``: LogProducer / raw ratio >= ``target_ratio``."""
+    return _below("ratio", r.get("ratio"), r["target_ratio"])
+
+
+def send(r: dict[str, Any]) -> list[str]:
+    """``bench send``: Peer.post / raw ratio >= ``target_ratio``; the security ratio."""
+    return _below("ratio", r.get("ratio"), r["target_ratio"]) + _security(r)
+
+
+def stable(r: dict[str, Any]) -> list[str]:
+    """``bench stable``: send->stable p99 <= ``target_p99_ms``; the security ratio."""
+    p99, target = r.get("stable_p99_ms"), r["target_p99_ms"]
+    late = [] if p99 is not None and p99 <= target else [f"stable p99 {p99} ms > {target} ms"]
+    return late + _security(r)
+
+
+def ingest(r: dict[str, Any]) -> list[str]:
+    """``bench ingest``: node ingest >= ``target_tx_per_s``."""
+    return _below("node ingest tx/s", r.get("node_tx_per_s"), r["target_tx_per_s"])
+
+
+def gc(r: dict[str, Any]) -> list[str]:
+    """``bench gc``: ``met`` (ratio >= ``target_ratio`` at both minimum ages)."""
+    if r.get("met"):
+        return []
+    ratios = {k: r[k]["ratio"] for k in ("gc_min_age_0", "gc_min_age_24h") if k in r}
+    return [f"GC ratio {ratios} below {r.get('target_ratio')} at a minimum age"]
+
+
+def queues(r: dict[str, Any]) -> list[str]:
+    """``bench queues``: send->queue p99 < ``p99_target_s`` (a missing p99 misses, as the
+    report's verdict)."""
+    p99 = (r.get("latency") or {}).get("p99_s", 1e9)
+    target = r.get("p99_target_s", 3)
+    return [] if p99 < target else [f"send->queue p99 {p99} s >= {target} s"]
+
+
+def replay(r: dict[str, Any]) -> list[str]:
+    """``bench replay``: msgs/s >= ``target_msgs_per_s``, ratio >= ``target_ratio``; the
+    security ratio."""
+    return (_below("replay msgs/s", r.get("peer_msgs_per_s"), r["target_msgs_per_s"])
+            + _below("ratio", r.get("ratio") or 0, r["target_ratio"]) + _security(r))
+
+
+def catchup(r: dict[str, Any]) -> list[str]:
+    """``bench catchup``: the misses the run itself lists (time to normal, held-back bound,
+    nothing lost or applied twice)."""
+    return [str(m) for m in r.get("misses") or ()]
