@@ -3,13 +3,19 @@ counted twice: the peer's own counters are the source).
 
 ``PeerCollector(peer.status)`` can be registered in any ``prometheus_client`` registry;
 ``PeerOptions(metrics_bind="127.0.0.1:9108")`` makes the peer serve ``/metrics`` itself
-(port 0: any free port, see ``Peer.metrics_endpoint``). Exported:
+(port 0: any free port, see ``Peer.metrics_endpoint``), with the process and Python GC
+metrics (``process_resident_memory_bytes``, ``process_cpu_seconds_total``, ``python_gc_*``)
+beside the peer's. Exported:
 
 * ``tidemark_peer_info{peer,environment,incarnation,endpoint}`` = 1
 * ``tidemark_peer_phase{peer,phase}``: 1 for the current phase (created, starting, replay,
   handover, normal, stopping, stopped), 0 for the others
-* ``tidemark_peer_<counter>_total{peer}`` for each of the peer's counters (sent, received,
-  handled, duplicates, acks, failed_deliveries, held_back, ...)
+* ``tidemark_peer_<counter>_total{peer}`` for each of the peer's counters: every one in
+  :data:`COUNTER_HELP` from the first scrape (0 until counted), each with its own help;
+  a counter not in the table is exported with a generic help once the peer reports it
+* ``tidemark_peer_dedup_store_ids{peer}`` (a gauge) when the peer has a dedup store
+* the held-back list: ``tidemark_peer_held_*`` gauges, ``tidemark_peer_held_refused_total``
+  and ``tidemark_peer_held_superseded_total``
 * with replay on: ``tidemark_peer_replayed_total``, ``tidemark_peer_forwarded_total``,
   ``tidemark_peer_replay_duplicates_dropped_total``, ``tidemark_peer_replay_retries_total``,
   ``tidemark_peer_replay_seconds``, ``tidemark_peer_handover_seconds``,
@@ -22,7 +28,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (
+    GC_COLLECTOR,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,13 +45,72 @@ from prometheus_client.core import (
 
 from tidemark.peer_client.context import Phase
 
-__all__ = ["PeerCollector", "MetricsServer", "PHASES"]
+__all__ = ["PeerCollector", "MetricsServer", "PHASES", "COUNTER_HELP", "GAUGE_HELP"]
 
 #: Every phase the ``tidemark_peer_phase`` state set shows.
 PHASES = tuple(p.value for p in Phase)
-_REPLAY_COUNTERS = {"replayed": "replayed", "forwarded": "forwarded",
-                    "duplicates_dropped": "replay_duplicates_dropped",
-                    "retries": "replay_retries"}
+
+#: The peer's counters (``status()["stats"]`` keys) and their help texts; each is exported
+#: as ``tidemark_peer_<key>_total`` from the first scrape, at 0 until the peer counts one.
+COUNTER_HELP: dict[str, str] = {
+    # sending
+    "sent": "point-to-point messages accepted for sending (send, send_nowait, post)",
+    "published": "publish calls (one per call, whatever the number of subscribers)",
+    "logged": "Send records this peer appended to txlog",
+    "direct_delivered": "messages delivered directly, confirmed by the recipient's receipt",
+    "direct_failed": "messages whose direct delivery failed or was refused (they take txlog)",
+    # receiving
+    "received": "messages taken from accepted direct batches",
+    "handled": "messages whose handler returned",
+    "handler_failed": "messages whose handler raised (not acked, reported)",
+    "failed_deliveries": "messages reported as failed (handler raised, no handler, malformed);"
+                         " a persistent one gets a DeliveryFailed record",
+    "unknown_type": "messages of a type not declared in this process (not acked, reported)",
+    "no_handler": "messages of a declared type without a handler here (not acked, reported)",
+    "malformed": "messages whose payload did not decode (not acked, reported)",
+    "duplicates": "messages dropped as duplicates (seen in the dedup window or already held)",
+    "completed_before": "messages completed by an earlier incarnation: acked, not run again",
+    "abandoned": "queued messages dropped unhandled and unacked when the peer gave up its"
+                 " work (the next incarnation gets them again)",
+    "held_back": "live messages put on the held-back list during replay, as they came",
+    "refused_held_full": "direct messages refused during replay because the held-back list"
+                         " was full (their sender appends them to txlog)",
+    "refused_stopping": "messages refused because the peer was stopping",
+    "rejected": "direct batches and messages refused for being of another environment",
+    "forbidden": "direct batches refused: the caller's certificate may not speak for the"
+                 " named sender",
+    "stale_direct": "messages of late direct batches refused (a later batch of their sender"
+                    " was accepted already)",
+    "bad_requests": "direct requests that could not be decoded or answered",
+    "waited_for_log": "direct batches whose sender's messages waited for the follower to"
+                      " pass the sender's logged ones",
+    # acks
+    "acks": "message ids acked (appended in AckBatch records)",
+    "ack_errors": "ack appends Kafka did not acknowledge (those messages come again)",
+    # directory and dedup store
+    "directory_rejected": "directory records ignored (under another peer's key or of another"
+                          " environment)",
+    "superseded": "times another process registered this peer id",
+    "dedup_store_errors": "completed ids the dedup store failed to record (the ack still went)",
+    "dedup_store_expired": "ids the dedup store expired (older than its TTL or over its"
+                           " size bound)",
+}
+
+#: ``status()["stats"]`` keys that are levels, not counts: exported as gauges, when present.
+GAUGE_HELP: dict[str, str] = {
+    "dedup_store_ids": "message ids held in the dedup store now",
+}
+
+_GENERIC_HELP = "the peer's '{}' counter"
+
+#: ``status()["replay"]`` counters: key -> (metric name, help)
+_REPLAY_COUNTERS = {
+    "replayed": ("replayed", "replayed entries dispatched (duplicates not included)"),
+    "forwarded": ("forwarded", "txlog Sends the follower delivered during the handover"),
+    "duplicates_dropped": ("replay_duplicates_dropped",
+                           "replayed entries received from replicas and dropped as"
+                           " duplicates"),
+    "retries": ("replay_retries", "replays interrupted and retried on another replica")}
 
 
 def _name(stat: str) -> str:
@@ -64,19 +136,13 @@ class PeerCollector:
                                      labels=["peer"])
         phase.add_metric([peer], {p: p == doc.get("phase") for p in PHASES})
         yield phase
-        for stat, value in sorted(dict(doc.get("stats", {})).items()):
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                c = CounterMetricFamily(_name(stat), f"the peer's '{stat}' counter",
-                                        labels=["peer"])
-                c.add_metric([peer], value)
-                yield c
+        yield from _stats(peer, doc.get("stats"))
         yield from _held(peer, doc.get("held"))
         replay = doc.get("replay")
         if not isinstance(replay, Mapping):
             return
-        for key, name in _REPLAY_COUNTERS.items():
-            c = CounterMetricFamily(_name(name), f"replay: {key.replace('_', ' ')}",
-                                    labels=["peer"])
+        for key, (name, help_text) in _REPLAY_COUNTERS.items():
+            c = CounterMetricFamily(_name(name), help_text, labels=["peer"])
             c.add_metric([peer], int(replay.get(key, 0) or 0))
             yield c
         for key, name, help_text in (
@@ -90,6 +156,24 @@ class PeerCollector:
             g = GaugeMetricFamily(_name("replay_barrier"),
                                   "txlog offset of the last replay's barrier", labels=["peer"])
             g.add_metric([peer], barrier)
+            yield g
+
+
+def _stats(peer: str, stats: Any) -> Iterator[Metric]:
+    """The peer's counters, in name order: every one of :data:`COUNTER_HELP` (0 until
+    reported) and any other the peer reports; then its levels (:data:`GAUGE_HELP`)."""
+    values = dict(stats) if isinstance(stats, Mapping) else {}
+    numbers = {k: v for k, v in values.items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}
+    for stat in sorted(COUNTER_HELP.keys() | (numbers.keys() - GAUGE_HELP.keys())):
+        c = CounterMetricFamily(_name(stat), COUNTER_HELP.get(stat) or _GENERIC_HELP.format(stat),
+                                labels=["peer"])
+        c.add_metric([peer], numbers.get(stat, 0))
+        yield c
+    for stat, help_text in GAUGE_HELP.items():
+        if stat in numbers:
+            g = GaugeMetricFamily(_name(stat), help_text, labels=["peer"])
+            g.add_metric([peer], numbers[stat])
             yield g
 
 
@@ -111,22 +195,40 @@ def _held(peer: str, held: Any) -> Iterator[Metric]:
         g = GaugeMetricFamily(_name(name), help_text, labels=["peer"])
         g.add_metric([peer], float(held.get(key, 0) or 0))
         yield g
-    c = CounterMetricFamily(_name("held_refused"), "live messages refused because the"
-                            " held-back list was full (they arrive through txlog)",
-                            labels=["peer"])
-    c.add_metric([peer], int(held.get("refused", 0) or 0))
-    yield c
+    for key, help_text in (
+            ("refused", "live messages the held-back list refused for being full (they"
+                        " arrive through txlog)"),
+            ("superseded", "held-back copies dropped because their logged copy went by")):
+        c = CounterMetricFamily(_name(f"held_{key}"), help_text, labels=["peer"])
+        c.add_metric([peer], int(held.get(key, 0) or 0))
+        yield c
+
+
+def runtime_registry() -> CollectorRegistry:
+    """A registry with the process (RSS, CPU, open fds...), platform and Python GC
+    collectors."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    if GC_COLLECTOR is not None:  # None where the interpreter has no gc.get_stats
+        GCCollector(registry=registry)
+    return registry
 
 
 class MetricsServer:
-    """``/metrics`` of one collector on ``host:port`` (port 0: a free one)."""
+    """``/metrics`` of one collector on ``host:port`` (port 0: a free one). Without a
+    ``registry``, the one served also holds the process and Python GC metrics; with one
+    (the application's own), ``collector`` is registered there and that registry is served
+    as it is."""
 
-    def __init__(self, collector: PeerCollector, bind: str) -> None:
+    def __init__(self, collector: PeerCollector, bind: str,
+                 registry: CollectorRegistry | None = None) -> None:
         host, _, port = bind.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"metrics_bind must be HOST:PORT, got {bind!r}")
-        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry = runtime_registry() if registry is None else registry
         self.registry.register(collector)
+        self._collector = collector
         self._server, self._thread = start_http_server(int(port), host, self.registry)
         self.endpoint = f"{host}:{self._server.server_port}"
 
@@ -134,3 +236,4 @@ class MetricsServer:
         """Stop serving."""
         self._server.shutdown()
         self._server.server_close()
+        self.registry.unregister(self._collector)  # the application's registry lives on

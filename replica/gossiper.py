@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tidemark.gossip.exceptions import PeerForbiddenError
@@ -34,6 +35,9 @@ class Gossiper:
         self.pool = ThreadPoolExecutor(max_workers=8)
         self._push = threading.Event()  # our state changed: gossip it now
         self._mine = b""  # our latest state, encoded (under view.lock)
+        #: the seconds one full round took (e.g. a histogram's ``observe``); pushes are not
+        #: rounds and are not timed
+        self.on_round: Callable[[float], object] = lambda seconds: None
 
     def own_state(self) -> NodeState:
         """This node's NodeState now."""
@@ -118,5 +122,8 @@ class Gossiper:
                     others = {n: a for n, a in others.items() if n in mates}
             if full:
                 next_round = now + self.period
+            started = time.perf_counter() if full else 0.0
             gossip_round(self.peers, mine, others, self.receive if full else None,
                          max(0.5, self.period * 2), self.pool)
+            if full:
+                self.on_round(time.perf_counter() - started)

@@ -136,6 +136,8 @@ class Ingestor:
         self._batch_scan = ack_batch_header(self.codec) or (b"", lambda v: None)
         self.deadletters = DeadLetters(settings, f"replica:{node_id}")
         self.on_poison: Callable[[int], None] = lambda n: None  # e.g. a metrics counter
+        #: the seconds one consumed batch took to apply, commit included (once per batch)
+        self.on_batch: Callable[[float], object] = lambda seconds: None
         self.partitions: list[int] = []
         self.high: dict[str, int] = {}
         self.low: dict[str, int] = {}
@@ -197,7 +199,11 @@ class Ingestor:
         started_ms = int(time.time() * 1000)
         msgs = self.consumer.consume_ready(self.batch_size, timeout)
         self.backlog_steps = self.backlog_steps + 1 if len(msgs) >= self.batch_size // 2 else 0
-        applied = self._apply(msgs) if msgs else 0
+        applied = 0
+        if msgs:
+            started = time.perf_counter()
+            applied = self._apply(msgs)
+            self.on_batch(time.perf_counter() - started)
         now = time.monotonic()
         if now >= self._bookkeeping_due:  # not on every step: hundreds a second under load
             self._bookkeeping_due = now + BOOKKEEPING_S

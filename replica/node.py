@@ -139,6 +139,7 @@ class Node:
                                         sync=self.cf.sync_writes, admission=self.admission)
         ingest.on_poison = metrics.deadletters.inc
         ingest.on_refused = metrics.refused_records
+        ingest.on_batch = metrics.ingest_batch.observe
         ingest.assign(view.partition().log_partitions)
         self.backfiller = Backfiller(store, self.peers, admission=self.admission)
         self.gc = GcWorker(store, lambda: list(ingest.partitions), lambda: dict(cut.gc_point),
@@ -153,6 +154,7 @@ class Node:
         self.repairer = Repairer(view, store, self.config, ingest, self.backfiller, metrics)
         self.gossiper = Gossiper(view, cut, store, ingest, self.pins, self.backfiller,
                                  self.epochs, self.peers, self.period, self.stopping)
+        self.gossiper.on_round = metrics.gossip_round.observe
         self.gossiper.publish()
         ends = Ends(self.node_id, store, cut, ingest, self.progress, self.stopping)
         servicer = ReplicaServicer(view, cut, store, self.pins, self.gossiper, ends,
