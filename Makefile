@@ -41,7 +41,7 @@ soak: install jars
 load: install jars
 	$(PY) -m pytest -m load -p no:cacheprovider $(PYTEST_ARGS)
 
-# scenarios on hosts of their own (root: network namespaces; installs nftables and faketime)
+# scenarios on hosts of their own (root: network namespaces; installs nftables when missing)
 nemesis: install jars
 	@bash scripts/system_packages.sh
 	$(PY) -m pytest -m nemesis -p no:cacheprovider $(PYTEST_ARGS)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
+
+from tidemark.log import clock
 
 __all__ = ["CLUSTER_METHODS", "PEER_METHODS", "WAIT_METHODS", "MAX_SKEW_S",
            "register_cluster_secret", "cluster_secret", "sign_request", "verify_request",
@@ -64,7 +65,7 @@ def register_cluster_secret(addresses: Iterable[str], secret: str | bytes) -> No
 def sign_request(secret: str | bytes, method: str, body: bytes,
                  now_ms: int | None = None) -> list[tuple[str, str]]:
     """The call metadata proving knowledge of the cluster secret for this request."""
-    ts = str(int(time.time() * 1000) if now_ms is None else now_ms)
+    ts = str(clock.now_ms() if now_ms is None else now_ms)
     mac = hmac.new(secret_key(secret), method.encode() + b"\n" + ts.encode() + b"\n"
                    + hashlib.sha256(body).digest(), hashlib.sha256).hexdigest()
     return [(_TS_KEY, ts), (_MAC_KEY, mac)]
@@ -77,7 +78,7 @@ def verify_request(secret: str | bytes, method: str, body: bytes,
     ts, mac = got.get(_TS_KEY), got.get(_MAC_KEY)
     if not isinstance(ts, str) or not isinstance(mac, str) or not ts.isdigit():
         return f"{method} is for cluster members: the request is not signed"
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     if abs(now - int(ts)) > MAX_SKEW_S * 1000:
         return f"{method}: the request's timestamp is more than {MAX_SKEW_S:g}s off"
     expected = sign_request(secret, method, body, int(ts))[1][1]

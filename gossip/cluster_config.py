@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from tidemark.log import clock
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError
 from tidemark.log.offsets import end_offsets
@@ -47,7 +48,7 @@ class Epoch:
     log_partitions: int
     nodes: dict[str, str]
     partitions: tuple[Partition, ...]
-    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    created_ms: int = field(default_factory=lambda: clock.now_ms())
     reason: str = ""
 
     def partition_of(self, node_id: str) -> Partition | None:
@@ -70,7 +71,7 @@ class Epoch:
     def successor(self, **changes: Any) -> "Epoch":
         """A candidate next epoch."""
         return replace(self, epoch=self.epoch + 1, prev_epoch=self.epoch,
-                       created_ms=int(time.time() * 1000), **changes)
+                       created_ms=clock.now_ms(), **changes)
 
     def to_record(self) -> dict[str, Any]:
         """The ClusterConfig Avro record."""

@@ -25,14 +25,13 @@ import contextvars
 import hashlib
 import hmac
 import json
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 from tidemark.gossip.exceptions import PeerAuthError, PeerForbiddenError
-from tidemark.log import registry
+from tidemark.log import clock, registry
 from tidemark.log.exceptions import ConfigError
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.settings import default_state_dir, read_toml
@@ -85,7 +84,7 @@ def issue_token(cluster_secret: str | bytes, environment: str, peer: str,
     """A token naming ``peer`` of ``environment`` (expiring ``ttl_ms`` from now if given)."""
     if not peer or not environment:
         raise ValueError("a peer token needs a peer id and an environment")
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     doc: dict[str, object] = {"env": environment, "peer": peer, "iat": now}
     if ttl_ms:
         doc["exp"] = now + int(ttl_ms)
@@ -129,7 +128,7 @@ def verify_token(cluster_secret: str | bytes, token: str | None,
     if not hmac.compare_digest(expected, mac):
         raise PeerAuthError(f"peer token of {claims.peer!r} ({claims.environment}) is not "
                             "signed by this cluster (bad signature)")
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     if claims.expires_ms and now >= claims.expires_ms:
         raise PeerAuthError(f"peer token of {claims.peer!r} ({claims.environment}) expired "
                             f"{(now - claims.expires_ms) / 1000:.0f} s ago")

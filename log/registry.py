@@ -78,6 +78,13 @@ def _layout(text: str) -> str:
     return str(text).strip()
 
 
+def _signed_int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"must be a whole number (may be negative), got {text!r}") from None
+
+
 def _address(text: str) -> str:
     host, sep, port = str(text).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -87,6 +94,7 @@ def _address(text: str) -> str:
 
 _KINDS: dict[str, Callable[[str], Any]] = {
     "str": str, "path": str, "int": _positive_int, "int0": _non_negative_int,
+    "signed": _signed_int,
     "duration": parse_duration_ms, "bool": _bool, "level": _log_level, "layout": _layout,
     "address": _address,
 }
@@ -209,6 +217,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("queues_profile", "TIDEMARK_QUEUES_PROFILE", "path", None,
             "write a per-batch time breakdown of the queues job to this JSON-lines file"),
     # tests
+    Setting("clock_skew_ms", "TIDEMARK_CLOCK_SKEW_MS", "signed", 0,
+            "fault drills only: move this process's wall clock (replica nodes: gossip"
+            " timestamps, leases, release ages) by this many ms, negative for behind"),
     Setting("soak_records", "TIDEMARK_SOAK_RECORDS", "int", 10_000_000,
             "records written by the replica soak run (make soak)"),
 )

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from tidemark.log import clock
 from tidemark.log.exceptions import LogError
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
@@ -99,7 +99,7 @@ class DeadLetters:
             self.producer.raw.purge(in_queue=True, in_flight=False)
             self.producer.raw.poll(0)
         failed = []
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         for (msg, reason), result in zip(poison, outcome, strict=True):
             if result is None:
                 self.sent += 1

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from tidemark.log import clock
 from tidemark.replica.config import ReleasePolicy
 from tidemark.replica.release_policy import PassResult, collect
 from tidemark.replica.store import Store
@@ -46,7 +47,7 @@ class GcWorker:
 
     def run_once(self, now_ms: int | None = None) -> dict[int, PassResult]:
         """One pass over every partition; returns each partition's result."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         points = self.points()
         out: dict[int, PassResult] = {}
         with self._lock:

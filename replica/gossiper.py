@@ -12,6 +12,7 @@ from tidemark.gossip.exceptions import PeerForbiddenError
 from tidemark.gossip.gc_point import local_gc_cut
 from tidemark.gossip.node_state import NodeState, PartitionRanges
 from tidemark.gossip.service import ReplicaClient, gossip_round, serving_identity
+from tidemark.log import clock
 from tidemark.replica.backfill import Backfiller
 from tidemark.replica.cut import CutKeeper
 from tidemark.replica.epochs import EpochFollower
@@ -64,7 +65,7 @@ class Gossiper:
             for pin in self.pins.values():
                 for tp, o in pin.items():
                     pins[tp] = min(o, pins.get(tp, o))
-        return NodeState(node_id, view.epoch.epoch, int(time.time() * 1000), caught_up,
+        return NodeState(node_id, view.epoch.epoch, clock.now_ms(), caught_up,
                          tuple(ranges), {tp: o for tp, o in cut.items() if tp in owned}, pins,
                          view.epoch.nodes[node_id], dict(self.cut.ust), self.cut.ust_ms,
                          self.backfiller.status,

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from tidemark.gossip.txlog_admission import TxlogAdmission
+from tidemark.log import clock
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError, LogError
 from tidemark.log.settings import Settings
@@ -153,7 +154,7 @@ class Ingestor:
         """(Re)assign the owned log partitions, resuming from the stored positions."""
         self.partitions = sorted(set(partitions))
         positions: dict[tuple[str, int], int] = {}
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         for k in self.partitions:
             for topic in TOPICS:
                 pos = self.store.position(topic, k)
@@ -196,7 +197,7 @@ class Ingestor:
     # ---- one step --------------------------------------------------------------------------
     def step(self, timeout: float = 0.2) -> int:
         """Consume and apply one batch; returns the number of records consumed."""
-        started_ms = int(time.time() * 1000)
+        started_ms = clock.now_ms()
         msgs = self.consumer.consume_ready(self.batch_size, timeout)
         self.backlog_steps = self.backlog_steps + 1 if len(msgs) >= self.batch_size // 2 else 0
         applied = 0
@@ -230,7 +231,7 @@ class Ingestor:
         partition changes or an offset jumps, and each txlog value is only scanned
         (:mod:`tidemark.log.wire.scanners`), falling back to the full decode when the scan fails."""
         batch = self.store.batch(self.sync)
-        batch.applied_ms = int(time.time() * 1000)
+        batch.applied_ms = clock.now_ms()
         runs: dict[tuple[str, int], list[int]] = {}
         physical, put, qpack, scanners = self._physical, batch.wb.put, _Q.pack, self._scanners
         batch_head, scan_batch = self._batch_scan
@@ -350,7 +351,7 @@ class Ingestor:
         tps = [TopicPartition(self.settings.topic(t), k) for k in self.partitions for t in TOPICS]
         if not tps:
             return
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         batch = self.store.batch(self.sync)
         batch.applied_ms = now
         touched = False

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 
 from tidemark.gossip.gc_point import clamp_pin
 from tidemark.gossip.peer_auth import check_owner, check_pin_barrier
+from tidemark.log import clock
 from tidemark.replica.store import PIN_PREFIX, Store, pin_key
 
 __all__ = ["Lease", "Leases", "PERSIST_STEP_MS", "DEFAULT_LEASE_MS"]
@@ -45,7 +45,7 @@ _MIN_LEASE_MS, _MAX_LEASE_MS = 500, 3_600_000
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()
 
 
 @dataclass

@@ -9,6 +9,7 @@ import time
 
 from tidemark.gossip.cluster_config import ConfigLog
 from tidemark.gossip.missing import unrecoverable, without_losses
+from tidemark.log import clock
 from tidemark.replica.backfill import Backfiller
 from tidemark.replica.ingest import Ingestor
 from tidemark.replica.metrics import NodeMetrics
@@ -71,7 +72,7 @@ class Repairer:
             batch.map("txlog", k).splice(a, b)
             entry = {"topic": "txlog", "partition": k, "start": a, "end": b,
                      "epoch": epoch.epoch, "node": node_id,
-                     "detected_ms": int(time.time() * 1000)}
+                     "detected_ms": clock.now_ms()}
             batch.put(key[:1] + (int.from_bytes(key[1:], "big") + i).to_bytes(8, "big"),
                       json.dumps(entry).encode())
             self.metrics.lost.labels(node_id, f"txlog/{k}").inc(b - a)

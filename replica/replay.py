@@ -46,6 +46,7 @@ from tidemark.gossip.replay import (
     WAITING,
     encode_entries,
 )
+from tidemark.log import clock
 from tidemark.log.exceptions import CodecError
 from tidemark.log.offsets import watermarks
 from tidemark.log.partitioner import partition_for_peer
@@ -296,7 +297,7 @@ class ReplayService:
 
     def _behind(self, session: Session, got: tuple[int, int] | None, waited_s: float) -> str:
         """The timeout message: how far behind the queues are, in offsets and seconds."""
-        k, barrier, now_ms = session.partition, session.barrier, int(time.time() * 1000)
+        k, barrier, now_ms = session.partition, session.barrier, clock.now_ms()
         at = got[0] if got else 0
         text = (f"queues of txlog/{k} are behind the replay barrier of {session.peer}: "
                 f"QueueProgress at offset {at}, barrier {barrier}: {barrier - at} offsets "

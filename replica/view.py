@@ -9,6 +9,7 @@ import time
 
 from tidemark.gossip.cluster_config import Epoch, Partition
 from tidemark.gossip.node_state import NodeState
+from tidemark.log import clock
 from tidemark.replica.exceptions import ReplicaError
 
 __all__ = ["ClusterView"]
@@ -53,7 +54,7 @@ class ClusterView:
     def receive(self, state: NodeState) -> bool:
         """Take another node's state; True if it is newer than the one held."""
         node = state.node_id
-        if state.timestamp_ms > time.time() * 1000 + MAX_FUTURE_MS:
+        if state.timestamp_ms > clock.now_ms() + MAX_FUTURE_MS:
             log.warning("ignoring a state of %s stamped in the future", node)
             return False  # it would shadow the node's real states for good
         with self.lock:

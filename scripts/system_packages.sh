@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages the nemesis group needs (`make nemesis`): iproute2 (network namespaces, veth,
-# bridges), nftables (partitions, packet loss) and faketime (clock skew). Installed when
+# bridges) and nftables (partitions, packet loss). Installed when
 # missing, as root; otherwise one line saying what to install, exit 1.
 set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
-command -v faketime >/dev/null || need+=(faketime)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     echo "make nemesis needs root and the Debian packages: ${need[*]}" >&2

@@ -21,7 +21,7 @@ PARTITIONS = 4
 def _missing() -> str | None:
     if os.geteuid() != 0:
         return "the nemesis group needs root (network namespaces)"
-    for tool in ("ip", "nft", "faketime"):
+    for tool in ("ip", "nft"):
         if shutil.which(tool) is None:
             return f"the nemesis group needs {tool} (make nemesis installs it)"
     return None

@@ -20,7 +20,8 @@ released a Send before its Ack lay below its GC point, and after healing the pai
 - **1% loss on every link** for 30 s (nftables drops packets at random; link delay needs the
   kernel's netem, which the machines this runs on lack);
 - **a replica's clock skewed** by five minutes (ahead with seed 1, behind with seed 2): the
-  node (chosen by the seed) is SIGKILLed and restarted under libfaketime, runs skewed under
+  node (chosen by the seed) is SIGKILLed and restarted with its clock moved
+  (``TIDEMARK_CLOCK_SKEW_MS``), runs skewed under
   traffic, then is restarted on the true clock. A node ahead has its gossip refused as
   stamped in the future; one behind has its new states refused as older than the last it
   sent: either way its contribution to the cut stalls, and the cut must not leap.
@@ -48,7 +49,7 @@ from tests.support import HandlerLog, PeerScript, wait_for
 from tidemark.log.offsets import end_offsets
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.nemesis import Bounds, Confirmed, Convergence, Event, Handled, History, check
-from tidemark.nemesis.faults import Nemesis
+from tidemark.nemesis.faults import SKEW_KEYS, Nemesis
 from tidemark.replica.config import load_cluster_file
 from tidemark.spark_streaming.depth import ProgressTracker
 from tidemark.stack.hosts import Hosts
@@ -158,10 +159,11 @@ def _isolate_broker(ctx: "Scenario") -> dict[str, object]:
 def _skew_replica(ctx: "Scenario") -> dict[str, object]:
     victim = sorted(ctx.nodes)[ctx.seed % len(ctx.nodes)]
     seconds = SKEW_S if ctx.seed % 2 else -SKEW_S
-    ctx.restart_node(victim, ctx.nemesis.skew_env(seconds))
-    ctx.nemesis.skewed(ctx.hosts.add(victim).name, seconds)
+    # the remedy first: a node that fails to start skewed is restarted on the true clock
     ctx.undo.append(lambda: (ctx.restart_node(victim, {}),
                              ctx.nemesis.skewed(ctx.hosts.add(victim).name, 0.0)))
+    ctx.restart_node(victim, ctx.nemesis.skew_env(seconds))
+    ctx.nemesis.skewed(ctx.hosts.add(victim).name, seconds)
     return {"victim": victim, "skew_s": seconds}
 
 
@@ -213,8 +215,6 @@ SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
 }
 #: How far the skewed node's wall clock is moved (seconds).
 SKEW_S = 300.0
-#: The variables of :meth:`Nemesis.skew_env`, dropped when a node restarts on the true clock.
-SKEW_KEYS = ("LD_PRELOAD", "FAKETIME", "FAKETIME_DONT_FAKE_MONOTONIC", "FAKETIME_DONT_RESET")
 #: How long a scenario's fault lasts, in seconds (a window of time under traffic).
 FAULT_S = {"1% loss on every link": 30.0, "a replica's clock skewed": 20.0}
 

@@ -8,7 +8,8 @@ logged with its time, and healed together.
   namespace, which samples states for the checker, still reaches it);
 - :meth:`Nemesis.loss` drops a share of a host's packets at random (nftables ``numgen``);
 - :meth:`Nemesis.skew_env` is the environment that starts a process with its wall clock
-  moved (libfaketime from Debian's ``faketime``; monotonic clocks are left alone);
+  moved (``TIDEMARK_CLOCK_SKEW_MS``, read by :mod:`tidemark.log.clock`; monotonic clocks
+  are left alone);
 - :meth:`Nemesis.heal` removes every rule.
 
 Link delay needs the kernel's netem queueing discipline; a kernel without it (as in some
@@ -20,17 +21,16 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from tidemark.stack.hosts import Hosts, HostsError, run_ip
 
-__all__ = ["Nemesis", "FaultUnavailable", "FAKETIME_LIBS"]
+__all__ = ["Nemesis", "FaultUnavailable", "SKEW_KEYS"]
 
 _TABLE = "tm_nemesis"
-#: Where Debian's faketime package puts libfaketime.
-FAKETIME_LIBS = (Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"),
-                 Path("/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1"))
+#: The environment variables of :meth:`Nemesis.skew_env` (drop them to restart on the true
+#: clock).
+SKEW_KEYS = ("TIDEMARK_CLOCK_SKEW_MS",)
 
 
 class FaultUnavailable(RuntimeError):
@@ -116,13 +116,11 @@ class Nemesis:
         self._log("delay", host=host, ms=ms, jitter_ms=jitter_ms)
 
     def skew_env(self, seconds: float) -> dict[str, str]:
-        """Environment variables that start a process with its wall clock ``seconds`` ahead
-        (behind if negative); the caller logs which process got them (:meth:`skewed`)."""
-        lib = next((p for p in FAKETIME_LIBS if p.exists()), None)
-        if lib is None:
-            raise FaultUnavailable("clock skew needs libfaketime (Debian's faketime package)")
-        return {"LD_PRELOAD": str(lib), "FAKETIME": f"{seconds:+.0f}s",
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_DONT_RESET": "1"}
+        """Environment variables that start a Tidemark process with its wall clock
+        ``seconds`` ahead (behind if negative); the caller logs which process got them
+        (:meth:`skewed`). The process's own clock (:mod:`tidemark.log.clock`) is moved, not
+        the machine's: libfaketime breaks ``time.sleep`` in a Python 3.11 process."""
+        return {SKEW_KEYS[0]: str(int(seconds * 1000))}
 
     def skewed(self, host: str, seconds: float) -> None:
         """Log that ``host``'s process now runs ``seconds`` off."""
