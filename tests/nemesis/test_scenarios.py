@@ -99,7 +99,7 @@ SENDER = textwrap.dedent("""
 """)
 
 # The recipient on its host (persisted dedup store and replay on). argv: state dir, peer id, record
-# file, dedup folder[, inbox limit, handler time in ms].
+# file, dedup folder[, inbox limit, handler time in ms while the replay streams].
 RECIPIENT = textwrap.dedent("""
     import sys, time
     from tidemark.log.settings import load_settings
@@ -114,10 +114,11 @@ RECIPIENT = textwrap.dedent("""
     options = PeerOptions(dedup_dir=dedup, **({"inbox_limit": limit} if limit else {}))
     # replay on, as in production: its txlog follower delivers what the sender appended
     # unmarked because its direct call failed
-    peer = Peer(peer_id, None, settings, options, replayer=ReplicaReplayer(settings))
+    replayer = ReplicaReplayer(settings)
+    peer = Peer(peer_id, None, settings, options, replayer=replayer)
 
     def on_job(msg: Job, ctx: MessageContext) -> None:
-        if pause:
+        if pause and replayer.stage == "replay":  # a slow replay stream; the rest at full speed
             time.sleep(pause)
         record.write("done", peer.incarnation, ctx.message_id, msg.n)
 
@@ -241,7 +242,8 @@ class Run:
         self.healed_at = 0
 
     def start_recipient(self, *args: str) -> PeerScript:
-        """The recipient (``RECIPIENT``; ``args``: its inbox limit and handler time in ms)."""
+        """The recipient (``RECIPIENT``; ``args``: its inbox limit and the handler's time in
+        ms while its replay streams)."""
         return self.scripts(self.stack, self.recipient, RECIPIENT, str(self.record.path),
                             str(self.tmp_path / "dedup"), *args, host=self.recipient_host)
 
@@ -363,7 +365,7 @@ def test_the_replica_serving_a_replay_isolated_mid_stream(
     k = partition_for_peer(run.recipient, PARTITIONS)
     r1 = run.start_recipient()
     r1.ready()
-    s = run.start_sender(400)
+    s = run.start_sender(200)
     try:
         s.command("go")
         run.wait_confirmed(500, "traffic confirmed before the kill", 120)
@@ -376,7 +378,7 @@ def test_the_replica_serving_a_replay_isolated_mid_stream(
                      "the queues job covering the recipient's backlog")
         finally:
             tracker.close()
-        # inbox limit 200, 3 ms a message: the replay streams for several seconds
+        # inbox limit 200, 3 ms a message while the replay streams: it lasts several seconds
         r2 = run.start_recipient("200", "3")
 
         def serving() -> str | None:
