@@ -99,7 +99,7 @@ SENDER = textwrap.dedent("""
 """)
 
 # The recipient on its host (persisted dedup store and replay on). argv: state dir, peer id, record
-# file, dedup folder[, inbox limit, handler time in ms while the replay streams].
+# file, dedup folder[, inbox limit, handler time in ms while the replay streams, replay batch].
 RECIPIENT = textwrap.dedent("""
     import sys, time
     from tidemark.log.settings import load_settings
@@ -108,13 +108,15 @@ RECIPIENT = textwrap.dedent("""
     from tests.support import HandlerRecord, Job, serve_peer
 
     state, peer_id, path, dedup = sys.argv[1:5]
-    limit, pause = (int(sys.argv[5]), int(sys.argv[6]) / 1000) if len(sys.argv) > 6 else (0, 0)
+    limit, pause, batch = ((int(sys.argv[5]), int(sys.argv[6]) / 1000, int(sys.argv[7]))
+                           if len(sys.argv) > 7 else (0, 0, 0))
     record = HandlerRecord(path, fsync=False)
     settings = load_settings(state_dir=state)
     options = PeerOptions(dedup_dir=dedup, **({"inbox_limit": limit} if limit else {}))
     # replay on, as in production: its txlog follower delivers what the sender appended
     # unmarked because its direct call failed
-    replayer = ReplicaReplayer(settings)
+    # a small batch and window: the replica streams as the handlers go, not all at once
+    replayer = ReplicaReplayer(settings, **({"batch": batch, "window": batch} if batch else {}))
     peer = Peer(peer_id, None, settings, options, replayer=replayer)
 
     def on_job(msg: Job, ctx: MessageContext) -> None:
@@ -242,8 +244,8 @@ class Run:
         self.healed_at = 0
 
     def start_recipient(self, *args: str) -> PeerScript:
-        """The recipient (``RECIPIENT``; ``args``: its inbox limit and the handler's time in
-        ms while its replay streams)."""
+        """The recipient (``RECIPIENT``; ``args``: its inbox limit, the handler's time in ms
+        while its replay streams and the replay's batch and window)."""
         return self.scripts(self.stack, self.recipient, RECIPIENT, str(self.record.path),
                             str(self.tmp_path / "dedup"), *args, host=self.recipient_host)
 
@@ -378,8 +380,9 @@ def test_the_replica_serving_a_replay_isolated_mid_stream(
                      "the queues job covering the recipient's backlog")
         finally:
             tracker.close()
-        # inbox limit 200, 3 ms a message while the replay streams: it lasts several seconds
-        r2 = run.start_recipient("200", "3")
+        # inbox limit 200, 3 ms a message while the replay streams, batches of 100: the
+        # replica streams for several seconds, as the handlers ack
+        r2 = run.start_recipient("200", "3", "100")
 
         def serving() -> str | None:
             r2.command("status")
