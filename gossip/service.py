@@ -64,7 +64,7 @@ from tidemark.gossip.replay import (
     ReplayStream,
     request_peer,
 )
-from tidemark.gossip.tls import Transport, default_transport
+from tidemark.gossip.tls import SERVER_LIVENESS, Transport, default_transport
 from tidemark.log.partitioner import partition_for_peer
 
 __all__ = ["SERVICE", "method_path", "ReplicaClient", "start_server", "pack_records",
@@ -411,7 +411,7 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                 raise  # unreachable: abort raises
         return grpc.unary_unary_rpc_method_handler(handle)
     server = grpc.server(ThreadPoolExecutor(max_workers=workers),
-                         options=[("grpc.so_reuseport", 0), *_OPTIONS])
+                         options=[("grpc.so_reuseport", 0), *SERVER_LIVENESS, *_OPTIONS])
     methods = {name: wrap(fn, name) for name, fn in handlers.items()}
     methods.update({name: _wrap_stream(name, fn, secret, environment, limits)
                     for name, fn in (streams or {}).items()})
@@ -500,7 +500,7 @@ def _start_tls_server(address: str, handlers: Mapping[str, Callable[[bytes], byt
         return grpc.stream_stream_rpc_method_handler(handle)
 
     server = grpc.server(ThreadPoolExecutor(max_workers=limits.workers),
-                         options=[("grpc.so_reuseport", 0), *_OPTIONS])
+                         options=[("grpc.so_reuseport", 0), *SERVER_LIVENESS, *_OPTIONS])
     methods = {name: unary(fn, name) for name, fn in handlers.items()}
     methods.update({name: stream(fn, name) for name, fn in streams.items()})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))

@@ -43,7 +43,8 @@ from tidemark.log import registry
 from tidemark.log.settings import default_state_dir
 
 __all__ = ["Transport", "TlsMissingError", "resolve_transport", "local_pki_dir",
-           "default_transport", "INSECURE_WARNING", "Trust", "resolve_trust"]
+           "default_transport", "INSECURE_WARNING", "Trust", "resolve_trust",
+           "CHANNEL_LIVENESS", "SERVER_LIVENESS"]
 
 log = logging.getLogger("tidemark.tls")
 INSECURE_WARNING = ("INSECURE: TLS is off (--insecure / TIDEMARK_INSECURE=1): anyone who reaches"
@@ -51,6 +52,21 @@ INSECURE_WARNING = ("INSECURE: TLS is off (--insecure / TIDEMARK_INSECURE=1): an
 #: Where the local stack keeps its CA, under its state folder.
 _LOCAL_PKI = "pki"
 _ISSUED_DAYS = 2
+#: Every channel pings its server every 5 s and drops the connection when a ping goes
+#: unanswered for 5 s (gRPC then also sets TCP_USER_TIMEOUT), and retries a lost server at
+#: least every 2 s. Without this a connection across a healed partition waited for TCP's own
+#: retransmission back-off (tens of seconds after a partition of a minute) and a lost server
+#: for gRPC's (up to 120 s): docs/partitions.md, "Recovery after healing".
+CHANNEL_LIVENESS: list[tuple[str, Any]] = [
+    ("grpc.keepalive_time_ms", 5000), ("grpc.keepalive_timeout_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 500), ("grpc.max_reconnect_backoff_ms", 2000)]
+#: What a server accepts of :data:`CHANNEL_LIVENESS`'s pings (else it answers them with
+#: GOAWAY "too many pings").
+SERVER_LIVENESS: list[tuple[str, Any]] = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 4000),
+    ("grpc.http2.max_ping_strikes", 0)]
 
 
 class TlsMissingError(GossipError):
@@ -94,7 +110,7 @@ class Transport:
                 options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
         """A channel to ``address``; with TLS, the server must prove it is ``expect``: an
         identity, or any holder of a certificate of that kind (``"node"``, ``"peer"``)."""
-        opts = list(options or [])
+        opts = [*CHANNEL_LIVENESS, *(options or [])]
         if self.files is None:
             return grpc.insecure_channel(address, options=opts)
         creds = grpc.ssl_channel_credentials(self.files.ca.read_bytes(),

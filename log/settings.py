@@ -208,6 +208,20 @@ def default_state_dir() -> Path:
     return Path(registry.env_value("state_dir")).resolve()
 
 
+
+#: librdkafka's defaults, made to come back within seconds after a network partition heals
+#: (each is overridden by the same key in ``[kafka.client]``). A request unanswered for 10 s
+#: (a fetch: 10 s beyond ``fetch.wait.max.ms``) drops its connection, a connection attempt
+#: is given up after 10 s, and a lost broker is retried at least every 2 s. At librdkafka's
+#: own 60 s / 30 s / 10 s a replica cut off for a minute went on waiting for TCP's
+#: retransmission back-off, 20-30 s after the heal (docs/partitions.md).
+PARTITION_RECOVERY: dict[str, int] = {
+    "socket.timeout.ms": 10000,
+    "socket.connection.setup.timeout.ms": 10000,
+    "reconnect.backoff.max.ms": 2000,
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every Kafka-facing component needs to agree on."""
@@ -237,7 +251,7 @@ class Settings:
                 " or give [kafka] bootstrap in the config file")
         # librdkafka's own log lines go through Python logging ("tidemark.librdkafka"), which
         # the console keeps quiet unless --log-level DEBUG: errors reach callers as exceptions.
-        conf: dict[str, Any] = {"logger": _RDKAFKA_LOGGER}
+        conf: dict[str, Any] = {"logger": _RDKAFKA_LOGGER, **PARTITION_RECOVERY}
         conf.update(self.client)
         conf["bootstrap.servers"] = self.bootstrap
         return conf

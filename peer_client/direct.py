@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from tidemark.gossip.pki import Identity, PkiError
-from tidemark.gossip.tls import Transport, default_transport
+from tidemark.gossip.tls import SERVER_LIVENESS, Transport, default_transport
 from tidemark.log.wire import HEADER_SIZE, read_long
 from tidemark.peer_client.exceptions import PeerClientError, PeerUnreachableError
 from tidemark.peer_client.options import DIRECT_RECEIVE_LIMIT
@@ -106,7 +106,7 @@ class DirectServer:
                 raise
         self._server = grpc.server(ThreadPoolExecutor(max_workers=workers,
                                                       thread_name_prefix="peer-direct"),
-                                   options=[("grpc.so_reuseport", 0), *_OPTIONS])
+                                   options=[("grpc.so_reuseport", 0), *SERVER_LIVENESS, *_OPTIONS])
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             SERVICE, {"Deliver": grpc.unary_unary_rpc_method_handler(handle),
                       "Status": grpc.unary_unary_rpc_method_handler(status_of)}),))

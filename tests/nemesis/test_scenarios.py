@@ -49,7 +49,16 @@ from tests.nemesis.recorder import Recorder, sends_and_acks
 from tests.support import HandlerLog, PeerScript, wait_for
 from tidemark.log.offsets import end_offsets
 from tidemark.log.partitioner import partition_for_peer
-from tidemark.nemesis import Bounds, Confirmed, Convergence, Event, Handled, History, check
+from tidemark.nemesis import (
+    Bounds,
+    Confirmed,
+    Convergence,
+    Event,
+    Handled,
+    History,
+    Sample,
+    check,
+)
 from tidemark.nemesis.faults import SKEW_KEYS, Nemesis
 from tidemark.replica.config import load_cluster_file
 from tidemark.spark_streaming.depth import ProgressTracker
@@ -210,6 +219,9 @@ KNOWN_VIOLATIONS: dict[str, set[str]] = {}
 
 SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
     "replica isolated then healed": _isolate_replica,
+    # long enough for TCP's retransmission back-off to outlast the heal by tens of seconds
+    # unless the clients drop dead connections themselves (docs/partitions.md)
+    "replica isolated for 75 s": _isolate_replica,
     "co-replicas split": _split_replicas,
     "sender and recipient split": _split_peers,
     "one broker isolated": _isolate_broker,
@@ -220,7 +232,7 @@ SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
 #: How far the skewed node's wall clock is moved (seconds).
 SKEW_S = 300.0
 #: How long a scenario's fault lasts, in seconds (a window of time under traffic).
-FAULT_S = {"1% loss on every link": 60.0, "a replica's clock 5 min ahead": 20.0,
+FAULT_S = {"1% loss on every link": 60.0, "replica isolated for 75 s": 75.0, "a replica's clock 5 min ahead": 20.0,
            "a replica's clock 5 min behind": 20.0}
 
 
@@ -244,6 +256,8 @@ class Run:
         self.ctx = Scenario(stack, hosts, self.nemesis, self.nodes, seed,
                             self.sender_host.name, self.recipient_host.name)
         self.healed_at = 0
+        #: ms after healing at which each step of :meth:`finish` was done
+        self.after_heal: dict[str, int] = {}
 
     def start_recipient(self, *args: str) -> PeerScript:
         """The recipient (``RECIPIENT``; ``args``: its inbox limit, the handler's time in ms
@@ -273,19 +287,45 @@ class Run:
         both, and wait for the co-replicas to converge; the confirmed messages and when
         they converged."""
         s.command("halt")
+        self.mark("halted")
         sent = _confirmed(self.confirmed_file, self.sender)
         ids = {c.message_id for c in sent}
         wait_for(lambda: ids <= {mid for _, _, mid, _ in self.record.rows()}, 180, 0.2,
                  "every confirmed message handled")
+        self.mark("handled")
         s.stop()  # nothing more is appended (the recipient's last acks included) before the
         r.stop()  # co-replicas' final states are compared
+        self.mark("stopped")
 
         def converged() -> bool:
             samples = [self.recorder.sample(n) for n in self.nodes]
             maps = [{k: p.held for k, p in x.partitions.items()} for x in samples if x]
             return len(maps) == len(self.nodes) and all(m == maps[0] for m in maps)
         wait_for(converged, CONVERGE_S * 2, 0.2, "co-replicas converged")
+        self.mark("converged")
         return sent, int(time.time() * 1000)
+
+    def caught_up(self) -> int | None:
+        """ms after healing at which every node held, in every partition, the log up to
+        where the furthest node had it at the heal (None: never seen)."""
+        def top(x: Sample, k: int) -> int:
+            return max((r[1] for r in x.partitions[k].held), default=0)
+        goal: dict[int, int] = {}
+        for x in self.recorder.samples:
+            if x.t_ms <= self.healed_at:
+                for k in x.partitions:
+                    goal[k] = max(goal.get(k, 0), top(x, k))
+        seen: dict[str, int] = {}
+        for x in self.recorder.samples:
+            if x.t_ms > self.healed_at and x.node not in seen and \
+                    all(top(x, k) >= goal.get(k, 0) for k in x.partitions):
+                seen[x.node] = x.t_ms - self.healed_at
+        return max(seen.values()) if len(seen) == len(self.nodes) else None
+
+    def mark(self, step: str) -> None:
+        """Note when ``step`` of the run's end happened, in ms after healing (printed)."""
+        if self.healed_at:
+            self.after_heal[step] = int(time.time() * 1000) - self.healed_at
 
     def close(self) -> None:
         self.ctx.heal()
@@ -316,6 +356,7 @@ class Run:
         report = check(history, Bounds(converge_s=CONVERGE_S))
         summary = {"scenario": name, "seed": seed, **detail,
                    "events": [e.to_dict() for e in history.events], "confirmed": len(sent),
+                   "after_heal_ms": {**self.after_heal, "caught_up": self.caught_up()},
                    "samples": len(recorder.samples),
                    "unanswered_samples": recorder.unanswered, "report": report.to_dict()}
         print(json.dumps(summary))
