@@ -27,6 +27,7 @@ run "bench send (Peer.send durability log vs raw producer, target ratio >= 0.8; 
 run "bench ingest (target >= 100k transactions/s per node)" ingest
 run "bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)" gc
 run "bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)" queues
+run "bench queues --step (the job's step per message: single Acks vs signed AckBatches, same messages; no target)" queues --step
 run "bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)" queues --backlog 1000000
 $T local up --replicas 2x2 >/dev/null
 run "bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added;

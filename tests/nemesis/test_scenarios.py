@@ -272,6 +272,16 @@ class Run:
         s.ready()
         return s
 
+    def start_traffic(self, before: str) -> tuple[PeerScript, PeerScript]:
+        """Start the recipient, then the sender at 200 messages a second; returns both once
+        500 messages are confirmed (``before``: what they come before, for a timeout)."""
+        r = self.start_recipient()
+        r.ready()
+        s = self.start_sender(200)
+        s.command("go")
+        self.wait_confirmed(500, f"traffic confirmed {before}", 120)
+        return r, s
+
     def confirmed(self) -> int:
         return len(_confirmed(self.confirmed_file, self.sender))
 
@@ -371,12 +381,8 @@ def test_scenario(hosts_cluster: tuple[LocalStack, Hosts], name: str, seed: int,
     stack, hosts = hosts_cluster
     run = Run(stack, hosts, f"{list(SCENARIOS).index(name)}{seed}", seed, tmp_path,
               peer_scripts)
-    r = run.start_recipient()
-    r.ready()
-    s = run.start_sender(200)
     try:
-        s.command("go")
-        run.wait_confirmed(500, "traffic confirmed before the fault", 120)
+        r, s = run.start_traffic("before the fault")
         detail = SCENARIOS[name](run.ctx)
         before = run.confirmed()
         # the fault's length: a window of time under traffic, not a synchronisation
@@ -409,12 +415,8 @@ def test_the_replica_serving_a_replay_isolated_mid_stream(
     run = Run(stack, hosts, f"Q{seed}", seed, tmp_path, peer_scripts)
     settings = stack.settings()
     k = partition_for_peer(run.recipient, PARTITIONS)
-    r1 = run.start_recipient()
-    r1.ready()
-    s = run.start_sender(200)
     try:
-        s.command("go")
-        run.wait_confirmed(500, "traffic confirmed before the kill", 120)
+        r1, s = run.start_traffic("before the kill")
         r1.sigkill()
         run.wait_confirmed(run.confirmed() + REPLAY_BACKLOG, "traffic while the recipient is down")
         end = end_offsets(settings, "txlog")[k]

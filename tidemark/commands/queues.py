@@ -92,6 +92,11 @@ def _depth(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.step:
+        from tidemark.bench.queue_step import bench_queue_step, print_step_report
+        step = bench_queue_step()
+        print(json.dumps(step, indent=2)) if args.json else print_step_report(step)
+        return 0
     from tidemark.bench.queues import bench_queues, print_report
     result = bench_queues(settings_from_args(args), transactions=args.transactions,
                           rate=args.rate, seconds=args.seconds, trigger_ms=args.trigger,
@@ -155,5 +160,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--backlog", type=int, default=0, metavar="N",
                    help="first queue N messages for one peer that never acks (a down peer),"
                         " then measure the others' send->queue latency (default 0)")
+    b.add_argument("--step", action="store_true",
+                   help="only the job's own step per message (no stack): single Acks against"
+                        " signed AckBatches checked by the admission, side by side")
     add_bench_check(b, targets.queues, "send->queue p99 < 3 s")
 
