@@ -44,6 +44,7 @@ from tidemark.gossip.exceptions import (
     ReplayInterruptedError,
     ReplicaBusyError,
 )
+from tidemark.gossip.health import add_health
 from tidemark.gossip.limits import CallLimits
 from tidemark.gossip.node_state import NodeState
 from tidemark.gossip.peer_auth import (
@@ -363,7 +364,8 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                  workers: int = 8, streams: Mapping[str, StreamHandler] | None = None,
                  secret: str | bytes | None = None,
                  environment: str | None = None,
-                 transport: Transport | None = None) -> grpc.Server:
+                 transport: Transport | None = None,
+                 health: Any | None = None) -> grpc.Server:
     """Serve ``handlers`` (method name -> bytes handler) and ``streams`` (method name ->
     bidirectional-stream handler, e.g. ``Replay``) on ``address``. A stream holds one of
     the ``workers`` threads for as long as it runs. With ``secret``, calls to
@@ -374,11 +376,13 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     raises ends the call with that error's status.
     With a secure ``transport`` (mutual TLS) the caller's certificate decides instead, before
     any byte of the request is read (:func:`tidemark.gossip.access.admit`); the handler runs as
-    the caller (:func:`serving_identity`)."""
+    the caller (:func:`serving_identity`). ``health``
+    (:func:`tidemark.gossip.health.health_servicer`) is served beside, as
+    ``grpc.health.v1.Health``, behind the same TLS."""
     limits = CallLimits(workers)
     if transport is not None and transport.secure:
         return _start_tls_server(address, handlers, streams or {}, environment or "",
-                                 transport, limits)
+                                 transport, limits, health)
     peer_auth = bool(secret) and bool(environment)
 
     def authorize(name: str, request: bytes, context: grpc.ServicerContext) -> Any:
@@ -416,6 +420,8 @@ def start_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
     methods.update({name: _wrap_stream(name, fn, secret, environment, limits)
                     for name, fn in (streams or {}).items()})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    if health is not None:
+        add_health(server, health)
     if transport is not None:
         port = transport.listen(server, address)
     else:
@@ -448,7 +454,8 @@ def _refuse(context: grpc.ServicerContext, name: str, exc: Exception) -> None:
 
 def _start_tls_server(address: str, handlers: Mapping[str, Callable[[bytes], bytes]],
                       streams: Mapping[str, StreamHandler], environment: str,
-                      transport: Transport, limits: CallLimits) -> grpc.Server:
+                      transport: Transport, limits: CallLimits,
+                      health: Any | None = None) -> grpc.Server:
     """:func:`start_server` over mutual TLS: every call is admitted from its certificate."""
     def enter(name: str, context: grpc.ServicerContext) -> tuple[Identity, PeerClaims | None]:
         try:
@@ -504,6 +511,8 @@ def _start_tls_server(address: str, handlers: Mapping[str, Callable[[bytes], byt
     methods = {name: unary(fn, name) for name, fn in handlers.items()}
     methods.update({name: stream(fn, name) for name, fn in streams.items()})
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, methods),))
+    if health is not None:
+        add_health(server, health)
     if not transport.listen(server, address):
         raise GossipError(f"cannot listen on {address} (in use or not a local address)")
     server.start()

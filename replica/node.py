@@ -18,11 +18,13 @@ import logging
 import signal
 import threading
 import time
+from typing import Any
 
 import grpc
 from confluent_kafka import KafkaException
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition, append_epoch
+from tidemark.gossip.health import health_servicer, set_serving
 from tidemark.gossip.pki import Identity
 from tidemark.gossip.record_signing import verifier_of
 from tidemark.gossip.service import ReplicaClient
@@ -98,6 +100,7 @@ class Node:
     repairer: Repairer
     gossiper: Gossiper
     server: grpc.Server
+    health: Any
 
     def __init__(self, cf: ClusterFile, node_id: str, insecure: bool | None = None) -> None:
         self.cf, self.node_id, self.settings = cf, node_id, cf.settings
@@ -159,9 +162,12 @@ class Node:
         ends = Ends(self.node_id, store, cut, ingest, self.progress, self.stopping)
         servicer = ReplicaServicer(view, cut, store, self.pins, self.gossiper, ends,
                                    self.replay)
+        # grpc.health.v1.Health beside the replica service (`tidemark replica health`)
+        self.health = health_servicer(self.transport)
         self.server = servicer.serve(epoch.nodes[self.node_id], secret=self.cf.secret or None,
                                      environment=self.settings.environment,
-                                     transport=self.transport)
+                                     transport=self.transport, health=self.health)
+        set_serving(self.health, True)
         threading.Thread(target=self.gossiper.run, name="gossip", daemon=True).start()
         threading.Thread(target=cut.run, args=(self.stopping,), name="cut",
                          daemon=True).start()
@@ -221,6 +227,8 @@ class Node:
     def close(self) -> None:
         """Stop serving and close everything."""
         self.stopping.set()
+        if getattr(self, "health", None) is not None:
+            set_serving(self.health, False)  # probes see NOT_SERVING while it stops
         if getattr(self, "gc", None) is not None:
             self.gc.stop()  # before the store closes under it
         if getattr(self, "server", None) is not None:

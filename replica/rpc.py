@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import grpc
 
@@ -61,13 +62,15 @@ class ReplicaServicer:
         return {"Replay": self.replay.handle, "Watch": self.ends.watch}
 
     def serve(self, address: str, secret: str | None, environment: str,
-              transport: Transport | None = None) -> grpc.Server:
-        """Serve every method on ``address``. Over mutual TLS (``transport``) the caller's
+              transport: Transport | None = None, health: Any | None = None) -> grpc.Server:
+        """Serve every method on ``address`` (and ``health``, the standard health service).
+        Over mutual TLS (``transport``) the caller's
         certificate decides who may call what (:func:`tidemark.gossip.access.admit`);
         insecure, with ``secret``: gossip, status and backfill for cluster members only,
         replay, pins and waits for peer tokens of ``environment``."""
         return start_server(address, self.handlers(), workers=64, streams=self.streams(),
-                            secret=secret, environment=environment, transport=transport)
+                            secret=secret, environment=environment, transport=transport,
+                            health=health)
 
     def status(self, body: bytes) -> bytes:
         """The ``replica status --json`` document."""

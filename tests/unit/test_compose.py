@@ -67,15 +67,77 @@ def test_spark_job_has_a_checkpoint_volume() -> None:
     cmd = svc["command"]
     assert cmd[:2] == ["queues", "run"]
     ckpt = cmd[cmd.index("--checkpoint") + 1]
+    mounts = [m for m in svc["volumes"] if isinstance(m, str)]
     assert any(ckpt.startswith(m.split(":")[1]) and m.split(":")[0] in COMPOSE["volumes"]
-               for m in svc["volumes"])
+               for m in mounts)
+    # it checks who signed txlog records: the CA bundle and CRL only, never a key
+    assert svc["environment"]["TIDEMARK_TLS_CA"] == "/tls/trust.pem"
+    assert "TIDEMARK_TLS_KEY" not in svc["environment"]
+    assert [(m["source"], m["volume"]["subpath"], m["read_only"])
+            for m in svc["volumes"] if isinstance(m, dict)] == [("pki", "trust", True)]
 
 
 def test_each_replica_healthcheck_asks_its_own_node() -> None:
     config = tomllib.loads((ROOT / "deploy" / "cluster.toml").read_text())
     for name in REPLICAS:
         test = SERVICES[name]["healthcheck"]["test"]
+        # grpc.health.v1 over mutual TLS with the node's own certificate (the service's
+        # TIDEMARK_TLS_* environment): tests/integration/test_compose_healthcheck.py runs it
+        assert test[:4] == ["CMD", "tidemark", "replica", "health"]
         assert test[test.index("--address") + 1] == config["nodes"][name]["address"]
+        assert test[test.index("--node") + 1] == name
+
+
+def test_brokers_publish_an_external_listener_on_the_host() -> None:
+    published = set()
+    for i in (1, 2, 3):
+        svc = SERVICES[f"kafka-{i}"]
+        env = svc["environment"]
+        listeners = dict(x.split("://") for x in env["KAFKA_LISTENERS"].split(","))
+        advertised = dict(x.split("://") for x in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+        assert set(listeners) == {"INTERNAL", "EXTERNAL", "CONTROLLER"}
+        assert advertised["INTERNAL"] == f"kafka-{i}:9092"
+        port = listeners["EXTERNAL"].rsplit(":", 1)[1]
+        assert advertised["EXTERNAL"] == f"localhost:{port}"
+        # published on the host's loopback, at the port it advertises
+        assert svc["ports"] == [f"127.0.0.1:{port}:{port}"]
+        published.add(port)
+        protocols = dict(x.split(":") for x in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+        assert protocols["EXTERNAL"] == "SASL_PLAINTEXT" and env["KAFKA_SASL_ENABLED_MECHANISMS"] == "PLAIN"
+        assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+        assert "/run/secrets/kafka_jaas" in env["KAFKA_OPTS"] and svc["secrets"] == ["kafka_jaas"]
+    assert published == {"19092", "19093", "19094"}
+    init = (ROOT / "deploy" / "init-secrets.sh").read_text()
+    assert "TIDEMARK_BOOTSTRAP=localhost:19092,localhost:19093,localhost:19094" in init
+
+
+def test_secrets_come_from_files_git_ignores() -> None:
+    ignored = (ROOT / ".gitignore").read_text().split()
+    assert "deploy/secrets/" in ignored
+    assert "deploy/secrets" in (ROOT / ".dockerignore").read_text().split()
+    for name, spec in COMPOSE["secrets"].items():
+        assert spec["file"].startswith("./deploy/secrets/"), name
+        assert Path(spec["file"]).name in (ROOT / "deploy" / "init-secrets.sh").read_text()
+
+
+def test_prometheus_and_grafana_are_provisioned_from_deploy() -> None:
+    prom = SERVICES["prometheus"]
+    assert "./deploy/prometheus:/etc/prometheus/tidemark:ro" in prom["volumes"]
+    assert "--config.file=/etc/prometheus/tidemark/prometheus.yml" in prom["command"]
+    graf = SERVICES["grafana"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in graf["volumes"]
+    dash = [v for v in graf["volumes"] if v.startswith("./deploy/grafana/tidemark.json:")]
+    assert len(dash) == 1
+    provider = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/dashboards/tidemark.yml").read_text())
+    folder = provider["providers"][0]["options"]["path"]
+    assert dash[0].split(":")[1].startswith(folder + "/")
+    sources = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text())
+    assert sources["datasources"][0]["url"] == "http://prometheus:9090"
+    assert graf["environment"]["GF_SECURITY_ADMIN_PASSWORD__FILE"] == \
+        "/run/secrets/grafana_admin_password"
+    assert all(p.startswith("127.0.0.1:") for s in SERVICES.values() for p in s.get("ports", []))
 
 
 def test_metrics_are_reachable_from_the_network_in_containers() -> None:
@@ -85,7 +147,7 @@ def test_metrics_are_reachable_from_the_network_in_containers() -> None:
 
 def test_image_is_a_non_editable_install_without_local_state() -> None:
     docker = (ROOT / "Dockerfile").read_text()
-    assert "pip install" in docker and " -e " not in docker and "python -m tidemark.log.jvm" in docker
+    assert "pip install" in docker and " -e " not in docker and "ensure_jars('spark')" in docker
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", ".tidemark"} <= set(ignored)
 

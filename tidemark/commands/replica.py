@@ -1,4 +1,4 @@
-"""``tidemark replica run | status`` and ``tidemark bench ingest``."""
+"""``tidemark replica run | status | health`` and ``tidemark bench ingest``."""
 
 from __future__ import annotations
 
@@ -42,6 +42,30 @@ def _status(args: argparse.Namespace) -> int:
         addresses = [n.address for n in load_cluster_file(cluster_file(args)).nodes.values()]
     doc = fetch_status(addresses, timeout=args.timeout, transport=operator_transport())
     print(json.dumps(doc, indent=2) if args.json else render_text(doc))
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    from tidemark.gossip.exceptions import NodeUnreachableError
+    from tidemark.gossip.health import probe
+    address, node = args.address, args.node
+    if not address:
+        from tidemark.replica.config import load_cluster_file
+        cf = load_cluster_file(cluster_file(args))
+        if node is None and len(cf.nodes) == 1:
+            node = next(iter(cf.nodes))
+        if node is None or node not in cf.nodes:
+            raise NodeUnreachableError(
+                f"name the node to probe: --address HOST:PORT or --node ID (nodes of {cf.path}:"
+                f" {', '.join(sorted(cf.nodes))})")
+        address = cf.nodes[node].address
+    status = probe(address, operator_transport(), timeout=args.timeout, node=node)
+    if args.json:  # the answer, whatever it is
+        print(json.dumps({"address": address, "node": node, "status": status}))
+    if status != "SERVING":
+        raise NodeUnreachableError(f"{address}: {status}")
+    if not args.json:
+        print(f"{address}{f' ({node})' if node else ''}: {status}")
     return 0
 
 
@@ -96,6 +120,20 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     status.add_argument("--timeout", type=float, default=5.0,
                         help="seconds to wait for the node's answer")
     status.set_defaults(func=_status)
+    health = sub.add_parser(
+        "health", help="probe a node's grpc.health.v1 service over mutual TLS: exit 0 when"
+                       " SERVING (the compose healthcheck)")
+    add_json_flag(health, help="one JSON line")
+    env_flag(health, "--config", "config",
+             help="cluster TOML naming --node's address (default: the local stack's)")
+    env_flag(health, "--state-dir", "state_dir")
+    health.add_argument("--address", default=None, help="probe this node (HOST:PORT)")
+    health.add_argument("--node", default=None,
+                        help="the node id: its address from the cluster TOML, and, over TLS,"
+                             " the identity its certificate must prove")
+    health.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds to wait for the node's answer")
+    health.set_defaults(func=_health)
     ingest = bench.add_parser("ingest", help="node ingest rate vs plain consumer + plyvel")
     ingest.add_argument("--records", type=int, default=500_000, help="txlog records to ingest")
     env_flag(ingest, "--config", "config")
