@@ -23,7 +23,10 @@ install: $(STAMP)
 jars: $(STAMP)
 	@$(PY) -m tidemark.log.jvm
 
+# promtool (the alert rules' tests) and prometheus (`local up --prometheus`): Debian's
+# prometheus package, installed when missing (root)
 test: install jars
+	@bash scripts/system_packages.sh prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff (style and bugs), mypy (types; strict on the pure-logic modules), import-linter (layers)

@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
-# Debian packages the nemesis group needs (`make nemesis`): iproute2 (network namespaces, veth,
-# bridges) and nftables (partitions, packet loss). Installed when
-# missing, as root; otherwise one line saying what to install, exit 1.
+# Debian packages a make target needs, installed when missing (as root, apt-get); otherwise
+# one line saying what to install, exit 1.
+#   bash scripts/system_packages.sh                 # make nemesis: iproute2 (network
+#                                                   # namespaces, veth, bridges) and nftables
+#                                                   # (partitions, packet loss)
+#   bash scripts/system_packages.sh prometheus      # make test: promtool (the alert rules'
+#                                                   # tests) and prometheus (local up --prometheus)
+# A package counts as present when every command named below for it is on PATH.
 set -euo pipefail
+declare -A commands_of=([iproute2]=ip [nftables]=nft [prometheus]="promtool prometheus")
+wanted=("$@")
+[ ${#wanted[@]} -eq 0 ] && wanted=(iproute2 nftables)
 need=()
-command -v ip >/dev/null || need+=(iproute2)
-command -v nft >/dev/null || need+=(nftables)
+for pkg in "${wanted[@]}"; do
+    for cmd in ${commands_of[$pkg]:-$pkg}; do
+        command -v "$cmd" >/dev/null || { need+=("$pkg"); break; }
+    done
+done
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-    echo "make nemesis needs root and the Debian packages: ${need[*]}" >&2
+    echo "this needs root and the Debian packages: ${need[*]} (apt-get install ${need[*]})" >&2
     exit 1
 fi
 echo "installing ${need[*]} (apt-get)"
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null 2>&1 || {
-    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null; }
+install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" \
+        >/dev/null 2>&1
+}
+install || { apt-get update -q >/dev/null && install; }

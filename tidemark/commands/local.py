@@ -32,25 +32,39 @@ def _plans(args: argparse.Namespace) -> list:
         plans.append(lambda stack: replica_plan(stack, layout))
     if args.spark:
         plans.append(spark_plan)
+    if args.prometheus or _stack(args).processes("prometheus"):
+        from tidemark.stack.prometheus import plan as prometheus_plan
+        plans.append(prometheus_plan)  # last: it scrapes what the others started
     return plans
 
 
 def _local_up(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise StackError("--brokers must be at least 1")
-    status = _stack(args).up(brokers=args.brokers, extra=_plans(args),
-                             timeout_s=args.timeout, progress=progress, sasl=args.sasl)
+    stack = _stack(args)
+    status = _with_prometheus(stack, stack.up(brokers=args.brokers, extra=_plans(args),
+                                              timeout_s=args.timeout, progress=progress,
+                                              sasl=args.sasl))
     if args.json:
         print_json(status)
     else:
         protocol = status["security_protocol"]
         sasl = "" if protocol == "PLAINTEXT" else f" ({protocol})"
         print(f"bootstrap: {status['bootstrap']}{sasl}")
+        if status["prometheus"]:
+            print(f"prometheus: {status['prometheus']['url']}")
     return 0
 
 
+def _with_prometheus(stack: LocalStack, status: dict) -> dict:
+    """The stack's status with its Prometheus (``prometheus``: None when it has none)."""
+    from tidemark.stack.prometheus import status as prometheus_status
+    return {**status, "prometheus": prometheus_status(stack)}
+
+
 def _local_status(args: argparse.Namespace) -> int:
-    status = _stack(args).status()
+    stack = _stack(args)
+    status = _with_prometheus(stack, stack.status())
     if args.json:
         print_json(status)
         return 0
@@ -60,6 +74,8 @@ def _local_status(args: argparse.Namespace) -> int:
     rows += [(r["id"], r) for r in status["replicas"]]
     if status["spark"]:
         rows.append(("spark", {**status["spark"], "address": "-"}))
+    if status["prometheus"]:
+        rows.append(("prometheus", status["prometheus"]))
     for name, row in rows:
         restarts = f" (query restarted {row['restarts']}x)" if row.get("restarts") else ""
         print(f"  {name:<10} {row['address'] or '-':<22} pid {row['pid'] or '-':<8} "
@@ -88,11 +104,15 @@ def _local_settle(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``local``."""
-    sub = add_group(commands, "local", "the local stack on loopback (Kafka, replicas, Spark)")
+    sub = add_group(commands, "local",
+                    "the local stack on loopback (Kafka, replicas, Spark, Prometheus)")
     up = sub.add_parser("up", help="start what is missing; create the topics")
     env_flag(up, "--brokers", "brokers")
     env_flag(up, "--replicas", "replicas")
     up.add_argument("--spark", action="store_true", help="also run the Spark queues job")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also run Prometheus (Debian's binary) scraping the nodes and the job,"
+                         " with the alert rules; its address: `local status`")
     up.add_argument("--sasl", action="store_true",
                     help="new brokers listen with SASL_PLAINTEXT SCRAM-SHA-256 only; the client"
                          " settings go to the state folder, where every command takes them")
