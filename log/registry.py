@@ -170,7 +170,8 @@ SETTINGS: tuple[Setting, ...] = (
             "replica layout of the local stack, e.g. 2x2"),
     # replica nodes
     Setting("metrics_host", "TIDEMARK_METRICS_HOST", "str", "127.0.0.1",
-            "address replica nodes serve Prometheus metrics on (0.0.0.0 in containers)"),
+            "address replica nodes and the queues job serve Prometheus metrics on (0.0.0.0 in"
+            " containers)"),
     # peers
     # transport security (every gRPC channel is mutual TLS)
     Setting("tls_ca", "TIDEMARK_TLS_CA", "path", None,
@@ -214,6 +215,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Spark master (default local[2]; under spark-submit, its own)"),
     Setting("spark_conf", "TIDEMARK_SPARK_CONF", "str", "",
             "extra Spark settings, key=value;key=value"),
+    Setting("queues_metrics_port", "TIDEMARK_QUEUES_METRICS_PORT", "int0", 0,
+            "port the queues job's driver serves Prometheus /metrics on (batches, rows, state"
+            " rows, lag; host: TIDEMARK_METRICS_HOST); 0: no metrics", (0, 65535)),
     Setting("queues_profile", "TIDEMARK_QUEUES_PROFILE", "path", None,
             "write a per-batch time breakdown of the queues job to this JSON-lines file"),
     # tests

@@ -44,6 +44,7 @@ from tidemark.log.queue_state import (
 )
 from tidemark.log.settings import Settings
 from tidemark.spark_streaming.exceptions import QueryFailedError, QueuesError, SparkUnavailableError
+from tidemark.spark_streaming.metrics import QueuesMetrics, query_listener
 from tidemark.spark_streaming.pyspark_state import SparkMaps
 from tidemark.spark_streaming.sink import BatchWriter
 from tidemark.spark_streaming.state_groups import choose_groups
@@ -96,6 +97,11 @@ class JobOptions:
     insecure: bool | None = None
     #: The state folder whose ``pki`` holds the local stack's CA (None: the default one).
     state_dir: str | None = None
+    #: Serve Prometheus ``/metrics`` on this port of the driver (``--metrics-port``,
+    #: ``TIDEMARK_QUEUES_METRICS_PORT``); 0: no metrics, no listener.
+    metrics_port: int = 0
+    #: The address the metrics are served on (``TIDEMARK_METRICS_HOST``).
+    metrics_host: str = "127.0.0.1"
 
 
 def _env_limit() -> int:
@@ -140,12 +146,16 @@ def spark_conf(settings: Settings, options: JobOptions) -> dict[str, str]:
         "spark.sql.streaming.minBatchesToRetain": "20",
         "spark.sql.streaming.noDataMicroBatches.enabled": "false",
         "spark.sql.adaptive.enabled": "false",
-        "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": options.driver_memory,
         "spark.python.worker.reuse": "true",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
     }
+    if (options.master or "").startswith("local"):
+        # No Spark UI (a web server on port 4040 plus what it keeps per job and stage) in the
+        # local JVM we start; under spark-submit or a cluster master the cluster's own setting
+        # stands (on by default). TIDEMARK_SPARK_CONF=spark.ui.enabled=true turns it on here.
+        conf["spark.ui.enabled"] = "false"
     if re.match(r"(file:)?/|[^:]*$", options.checkpoint):
         # A local checkpoint: Hadoop FileContext's rename forks `readlink` for every file it
         # commits without Hadoop's native library (RocksDB changelog per state partition,
@@ -338,7 +348,15 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
     check_topics(settings)
     started = time.monotonic()
     logging.getLogger("py4j").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
-    session = {"spark": build_session(settings, options)}
+    metrics = _serve_metrics(options) if options.metrics_port else None
+
+    def new_session() -> Any:
+        spark = build_session(settings, options)
+        if metrics is not None:  # a listener belongs to one session's StreamingQueryManager
+            spark.streams.addListener(query_listener(metrics))
+        return spark
+
+    session = {"spark": new_session()}
     stop = {"requested": False}
     writer = BatchWriter(settings)  # one producer per process; reset after a failure
 
@@ -372,7 +390,7 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
         elif state == "stopped":  # the SparkContext stopped itself; its JVM still answers
             log.warning("the Spark session was stopped; starting a new one")
             _quietly(session["spark"].stop)
-            session["spark"] = build_session(settings, options)
+            session["spark"] = new_session()
         elif state == "dead":
             raise QueryFailedError(f"the queues query failed and the Spark JVM is gone: {error}")
 
@@ -408,6 +426,22 @@ def run_job(settings: Settings, options: JobOptions, ready: Any = None) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _quietly(session["spark"].stop)
+
+
+def _serve_metrics(options: JobOptions) -> QueuesMetrics:
+    """Serve the job's Prometheus metrics on ``options.metrics_port`` (before the Spark
+    session starts: every metric is there from the first scrape); returns the
+    :class:`~tidemark.spark_streaming.metrics.QueuesMetrics` a query listener feeds."""
+    metrics = QueuesMetrics()
+    try:
+        port = metrics.serve(options.metrics_port, options.metrics_host)
+    except OSError as exc:
+        raise QueuesError(f"cannot serve the queues job's metrics on"
+                          f" {options.metrics_host}:{options.metrics_port}: {exc.strerror or exc}"
+                          ) from None
+    print(f"tidemark: queues job metrics on http://{options.metrics_host}:{port}/metrics",
+          file=sys.stderr, flush=True)
+    return metrics
 
 
 def _session_state(spark: Any) -> str:

@@ -5,7 +5,8 @@ the failing peer). With ``TIDEMARK_DELIVERY_LIMIT=3`` the job must publish the c
 queue entry after each failure, then at the third tombstone the entry and write the original
 Send's bytes to ``deadletter`` with count, reason, peer and txlog offset headers; ``tidemark
 deadletter list --json`` (a subprocess) shows it beside a poison record, and ``tidemark
-deadletter replay`` queues it again exactly once with count 0.
+deadletter replay`` queues it again exactly once with count 0. The job's ``/metrics``
+(``TIDEMARK_QUEUES_METRICS_PORT``) then counts the batches and rows it read.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import converge, expected_queues, sealed, tidemark_cli
 from tidemark.log.consumer import read_to_end
@@ -24,6 +27,7 @@ from tidemark.log.queue_state import is_progress_key, queue_key
 from tidemark.log.settings import Settings
 from tidemark.log.wire import default_codec
 from tidemark.spark_streaming.depth import read_queues
+from tidemark.stack.processes import free_ports
 from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -32,7 +36,9 @@ LIMIT = 3
 PEER = "dl-b"
 C = default_codec()
 TOPIC_LETTER, PARTITIONS = "d", 2  # the settings fixture
-JOB_ENV = {"TIDEMARK_DELIVERY_LIMIT": str(LIMIT)}  # the job fixture
+METRICS_PORT = free_ports(1)[0]
+JOB_ENV = {"TIDEMARK_DELIVERY_LIMIT": str(LIMIT),  # the job fixture
+           "TIDEMARK_QUEUES_METRICS_PORT": str(METRICS_PORT)}
 
 
 def _entries(settings: Settings) -> dict[str, dict | None]:
@@ -49,6 +55,19 @@ def _entries(settings: Settings) -> dict[str, dict | None]:
 def _letters(settings: Settings) -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
     return [(m.key(), m.value(), {k: (v or b"").decode() for k, v in (m.headers() or [])})
             for batch in read_to_end(settings, "deadletter") for m in batch]
+
+
+def _scrape_until_counted(port: int, timeout: float = 30.0) -> dict[str, float]:
+    """The job's unlabelled samples once it counted a batch (Spark's listener bus delivers the
+    progress events after the batch, asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        samples = {s.name: s.value for f in text_string_to_metric_families(text.decode())
+                   for s in f.samples if not s.labels}
+        if samples["tidemark_queues_batches_total"] > 0 or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.5)
 
 
 def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
@@ -124,6 +143,13 @@ def test_failures_count_then_dead_letter_list_and_replay(settings: Settings,
     assert bad == 1 and expected == {PEER: {"fine", done["replay_id"]}}
     assert read_queues(settings).queues == expected
     assert job.alive, job.log_tail()
+
+    scraped = _scrape_until_counted(METRICS_PORT)  # the job's listener, fed by Spark
+    assert scraped["tidemark_queues_batches_total"] > 0, scraped
+    assert scraped["tidemark_queues_input_rows_total"] > 0, scraped
+    assert scraped["tidemark_queues_batch_duration_seconds_count"] > 0, scraped
+    assert scraped["tidemark_queues_last_progress_timestamp_seconds"] > 0, scraped
+    assert "tidemark_queues_query_terminated_total" in scraped  # restarts under load: any
 
     bad = subprocess.run([sys.executable, "-m", "tidemark", "deadletter", "replay", "nope",
                           "--bootstrap", settings.bootstrap, "--topic-prefix",

@@ -17,6 +17,7 @@ from tidemark.options import (
 )
 from tidemark.stack import LocalStack, replica_plan, spark_plan
 from tidemark.stack.settle import QUIET_CORES, wait_quiet
+from tidemark.stack.spark import metrics_address as spark_metrics_address
 
 __all__ = ["register"]
 
@@ -65,6 +66,8 @@ def _with_prometheus(stack: LocalStack, status: dict) -> dict:
 def _local_status(args: argparse.Namespace) -> int:
     stack = _stack(args)
     status = _with_prometheus(stack, stack.status())
+    if status["spark"]:
+        status["spark"]["metrics"] = spark_metrics_address(stack)  # host:port of /metrics
     if args.json:
         print_json(status)
         return 0

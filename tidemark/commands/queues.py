@@ -11,6 +11,7 @@ from typing import Any
 
 from tidemark.bench import targets
 from tidemark.log.exceptions import ConfigError
+from tidemark.log.registry import env_value
 from tidemark.options import (
     add_bench_check,
     add_command,
@@ -43,7 +44,8 @@ def _run(args: argparse.Namespace) -> int:
         fail_on_data_loss=not args.allow_data_loss, state_partitions=args.state_partitions,
         state_groups=args.state_groups, max_restarts=args.max_restarts,
         status_file=_status_file(args),
-        state_dir=str(args.state_dir) if args.state_dir else None)
+        state_dir=str(args.state_dir) if args.state_dir else None,
+        metrics_port=args.metrics_port, metrics_host=str(env_value("metrics_host")))
     return run_job(settings, options,
                    ready=_touch(Path(args.ready_file)) if args.ready_file else None)
 
@@ -131,6 +133,7 @@ def _job_args(parser: argparse.ArgumentParser) -> None:
                         help="create PATH once the streaming query runs (the local stack"
                              " waits for it)")
     env_flag(parser, "--max-restarts", "queues_max_restarts")
+    env_flag(parser, "--metrics-port", "queues_metrics_port", metavar="PORT")
     parser.add_argument("--status-file", default=None, metavar="PATH",
                         help="JSON file with the supervisor's restart count and last error"
                              " (default: supervisor.json next to --ready-file, if given)")
