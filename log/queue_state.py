@@ -18,7 +18,8 @@ Send and a duplicate Send counts once:
   shorter ``dedup_window_ms`` (class :data:`DEDUP`). Early acks survive a Purge.
 
 **Delivery counts.** A DeliveryFailed record (event kind :data:`FAIL`) of a queued id adds
-one to that entry's ``delivery_count``; a failure of an id that is not queued is ignored.
+one to that entry's ``delivery_count``; a failure of an id that is not queued is ignored. A
+terminal one (``terminal``: its handler called ``term``) dead-letters the id at once.
 The count is derived from the log only, so a re-run batch counts the same. When it reaches
 ``Ttl.delivery_limit`` the message leaves the queue and a :class:`Letter` (count, last
 reason, the Send's offset) is produced for ``deadletter``; the id is then remembered like an
@@ -273,7 +274,7 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
                 continue  # not queued (acked, purged, dead-lettered, unknown): ignored
             touched.add(mid)
             count = cur.delivery_count + 1
-            if count < ttl.delivery_limit:
+            if count < ttl.delivery_limit and not (ev.record or {}).get("terminal"):
                 overlay[mid] = replace(cur, delivery_count=count)
                 continue
             send = queued_by.pop(mid, None)

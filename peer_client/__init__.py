@@ -4,14 +4,15 @@ acks, durability levels, flight size, and an in-memory test double
 
 Every error the library raises is a :class:`PeerClientError`; the specific ones are in
 :mod:`tidemark.peer_client.exceptions`. ``BatchFailed`` and ``MessageFailed`` are what a batch
-handler raises.
+handler raises; ``Nak`` and ``Term`` (or ``ctx.nak()`` / ``ctx.term()``) control a message's
+next delivery.
 """
 
 from tidemark.log.settings import Settings, load_settings
 from tidemark.peer_client.aio import AsyncPeer
 from tidemark.peer_client.context import BatchContext, MessageContext, Phase
 from tidemark.peer_client.delivery import Delivery
-from tidemark.peer_client.exceptions import BatchFailed, MessageFailed, PeerClientError
+from tidemark.peer_client.exceptions import BatchFailed, MessageFailed, Nak, PeerClientError, Term
 from tidemark.peer_client.messages import MessageType, message, message_type_of, register_message
 from tidemark.peer_client.metrics import PeerCollector
 from tidemark.peer_client.options import ALL, LOG, QUORUM, PeerOptions
@@ -26,5 +27,5 @@ __all__ = [
     "MessageType", "message", "message_type_of", "register_message",
     "PeerOptions", "LOG", "QUORUM", "ALL", "Delivery", "AvroSerializer", "JsonSerializer",
     "Serializer", "PeerCollector",
-    "PeerClientError", "BatchFailed", "MessageFailed", "ReplayFailedError",
+    "PeerClientError", "BatchFailed", "MessageFailed", "Nak", "Term", "ReplayFailedError",
 ]

@@ -19,7 +19,11 @@ from typing import Any, Generic, TypeVar
 from tidemark.peer_client.ports import LogPort
 from tidemark.peer_client.records import Envelope
 
-__all__ = ["AckBatcher", "Acker", "chunks", "MAX_BATCH_BYTES"]
+__all__ = ["AckBatcher", "Acker", "chunks", "MAX_BATCH_BYTES", "TERM"]
+
+#: The failure kind of a message its handler terminated (``ctx.term``): a terminal
+#: DeliveryFailed, which the queues dead-letter at once.
+TERM = "term"
 
 log = logging.getLogger("peer_client")
 #: An AckBatch's ids stay below about this many characters (4 bytes each at most in
@@ -153,14 +157,16 @@ class Acker:
             return len(self.batcher.drain())
 
     def record_failure(self, env: Envelope, reason: str, kind: str) -> None:
-        """A handler raised on ``env``: count it; a persistent one gets a DeliveryFailed."""
+        """A handler raised on ``env``: count it; a persistent one gets a DeliveryFailed
+        (``kind`` :data:`TERM`: a terminal one, which dead-letters it at once)."""
         self.stats["failed_deliveries"] += 1
         if not env.persistent:
             return
         value = self.encode_record("DeliveryFailed", {
             "message_id": env.message_id, "peer": self.peer_id, "environment": self.environment,
             "sender": env.sender, "message_type": env.message_type, "reason": reason[:1000],
-            "timestamp_ms": self.clock_ms(), "signer": b"", "signature": b""})
+            "timestamp_ms": self.clock_ms(), "terminal": kind == TERM,
+            "signer": b"", "signature": b""})
         if self.seal is not None:
             value = self.seal(value)
         self.log_port.append(self.peer_id, value, self._delivered_cb)

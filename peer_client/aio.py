@@ -14,6 +14,7 @@ executor thread (or raises in fail mode).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from tidemark.log.settings import Settings
@@ -73,13 +74,13 @@ class AsyncPeer:
         """Where the peer is in its life."""
         return self.sync.phase
 
-    def handler(self, fn_or_cls: Any = None) -> Any:
+    def handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Register a handler (``async def`` or plain); see :meth:`Peer.handler`."""
-        return self._core.handler(fn_or_cls)
+        return self._core.handler(fn_or_cls, backoff=backoff)
 
-    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+    def batch_handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Register a batch handler; see :meth:`Peer.batch_handler`."""
-        return self._core.batch_handler(fn_or_cls)
+        return self._core.batch_handler(fn_or_cls, backoff=backoff)
 
     async def start(self) -> "AsyncPeer":
         """Start on the running loop (which then runs the ``async def`` handlers)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
+
+from tidemark.peer_client.exceptions import Nak, Term
 
 if TYPE_CHECKING:
     from tidemark.peer_client.records import Envelope
@@ -89,6 +91,17 @@ class MessageContext:
     def live(self) -> bool:
         """Delivered directly by its sender (not replayed)."""
         return not self._env.replay
+
+    def nak(self, delay: float | None = None) -> NoReturn:
+        """Fail this delivery and deliver the message again in this peer after ``delay``
+        seconds (None: the handler's ``backoff`` for this delivery, else at once). Raises
+        :class:`~tidemark.peer_client.Nak`: nothing after it in the handler runs."""
+        raise Nak(delay)
+
+    def term(self, reason: str = "terminated by the handler") -> NoReturn:
+        """Dead-letter this message at once, with ``reason``. Raises
+        :class:`~tidemark.peer_client.Term`: nothing after it in the handler runs."""
+        raise Term(reason)
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in _FIELDS)

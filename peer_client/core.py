@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -178,31 +178,33 @@ class PeerCore:
         self.set_phase(Phase.HANDOVER if handover else Phase.NORMAL)
 
     # ---- handlers ------------------------------------------------------------------------
-    def handler(self, fn_or_cls: Any = None, *, batch: bool = False) -> Any:
+    def handler(self, fn_or_cls: Any = None, *, batch: bool = False,
+                backoff: Sequence[float] = ()) -> Any:
         """Decorator: ``@peer.handler`` (typed by annotation) or ``@peer.handler(Type)``;
-        ``batch``: a batch handler (see :meth:`batch_handler`)."""
+        ``batch``: a batch handler (see :meth:`batch_handler`); ``backoff``: the delays of
+        naks without one (:attr:`~tidemark.peer_client.handlers.Handler.backoff`)."""
         if isinstance(fn_or_cls, type):
             cls = fn_or_cls
 
             def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-                self._add_handler(fn, cls, batch)
+                self._add_handler(fn, cls, batch, backoff)
                 return fn
             return wrap
         if fn_or_cls is None:
-            return partial(self.handler, batch=batch)
-        self._add_handler(fn_or_cls, None, batch)
+            return partial(self.handler, batch=batch, backoff=backoff)
+        self._add_handler(fn_or_cls, None, batch, backoff)
         return fn_or_cls
 
-    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+    def batch_handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Decorator: ``@peer.batch_handler`` (first parameter annotated ``list[T]``) or
         ``@peer.batch_handler(T)``; the handler takes a list of messages (and optionally a
         :class:`~tidemark.peer_client.context.BatchContext`)."""
-        return self.handler(fn_or_cls, batch=True)
+        return self.handler(fn_or_cls, batch=True, backoff=backoff)
 
     def _add_handler(self, fn: Callable[..., Any], cls: type | None,
-                     batch: bool = False) -> Handler:
+                     batch: bool = False, backoff: Sequence[float] = ()) -> Handler:
         before = self.handlers.names()
-        handler = self.handlers.add(fn, cls, batch)
+        handler = self.handlers.add(fn, cls, batch, backoff)
         if self.phase in RUNNING and self.handlers.names() != before:
             self.publish_descriptor(True)  # new subscription
         return handler

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 from tidemark.log.exceptions import OversizedMessageError, TidemarkError
 
-__all__ = ["PeerClientError", "WrongEnvironmentError", "DuplicatePeerError", "UnknownPeerError",
+__all__ = ["PeerClientError", "Nak", "Term", "WrongEnvironmentError", "DuplicatePeerError",
+           "UnknownPeerError",
            "PeerUnreachableError", "FlightSizeExceededError", "DurabilityTimeoutError",
            "DurabilityUnavailableError", "MessageTypeError", "PayloadError", "PeerStateError",
            "HandlerError", "OversizedMessageError", "ReplayDeniedError", "DedupStoreError",
@@ -96,3 +97,28 @@ class BatchFailed(Exception):
 
 class MessageFailed(Exception):
     """The failure of one message of a batch, as a batch handler gave it (a reason)."""
+
+
+class Nak(Exception):
+    """Raised by a handler (or :meth:`MessageContext.nak`): this delivery failed, deliver the
+    message again in this running peer after ``delay`` seconds (None: the handler's
+    ``backoff`` for this delivery, else at once). Recorded in txlog as a DeliveryFailed like
+    any failure, so it counts toward the delivery limit; past the limit it is not delivered
+    again (the queues dead-letter it)."""
+
+    def __init__(self, delay: float | None = None) -> None:
+        if delay is not None and delay < 0:
+            raise ValueError("a nak's delay cannot be negative")
+        self.delay = delay
+        super().__init__("nak" if delay is None else f"nak (again after {delay:g} s)")
+
+
+class Term(Exception):
+    """Raised by a handler (or :meth:`MessageContext.term`): this message can never be
+    handled; dead-letter it at once with ``reason`` (a terminal DeliveryFailed), whatever
+    its delivery count."""
+
+    def __init__(self, reason: str = "terminated by the handler") -> None:
+        self.reason = reason
+        super().__init__(reason)
+

@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,15 @@ class Handler:
     is_async: bool
     takes_context: bool
     batch: bool = False  #: called with a list of messages (and a BatchContext)
+    #: seconds before the next delivery after a nak without a delay, by delivery count (the
+    #: last one repeats; empty: at once), like JetStream's ``backoff``
+    backoff: tuple[float, ...] = ()
+
+    def nak_delay(self, delivery_count: int) -> float:
+        """The delay of a nak without one, of the message's ``delivery_count``-th failure."""
+        if not self.backoff:
+            return 0.0
+        return self.backoff[min(delivery_count, len(self.backoff) - 1)]
 
 
 def _annotated_type(fn: Callable[..., Any], batch: bool = False) -> type:
@@ -55,9 +64,12 @@ class HandlerRegistry:
         self._by_name: dict[str, Handler] = {}
 
     def add(self, fn: Callable[..., Any], message_cls: type | None = None,
-            batch: bool = False) -> Handler:
+            batch: bool = False, backoff: Sequence[float] = ()) -> Handler:
         """Register ``fn`` for ``message_cls`` (default: its first parameter's annotation,
-        ``list[T]`` for a ``batch`` handler)."""
+        ``list[T]`` for a ``batch`` handler); ``backoff``: see :attr:`Handler.backoff`."""
+        if any(not isinstance(d, (int, float)) or d < 0 for d in backoff):
+            raise HandlerError(f"handler {getattr(fn, '__qualname__', fn)}: backoff must be"
+                               f" seconds >= 0, got {list(backoff)!r}")
         cls = message_cls or _annotated_type(fn, batch)
         try:
             mt = message_type_of(cls)
@@ -68,7 +80,8 @@ class HandlerRegistry:
                                f" {self._by_name[mt.name].fn.__qualname__}")
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        handler = Handler(mt, fn, inspect.iscoroutinefunction(fn), len(params) >= 2, batch)
+        handler = Handler(mt, fn, inspect.iscoroutinefunction(fn), len(params) >= 2, batch,
+                          tuple(float(d) for d in backoff))
         self._by_name[mt.name] = handler
         return handler
 

@@ -17,12 +17,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from tidemark.log.registry import env_value
+from tidemark.peer_client.acks import TERM
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.dedup import DedupWindow
-from tidemark.peer_client.exceptions import PayloadError
+from tidemark.peer_client.exceptions import Nak, PayloadError, Term
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.held import HeldBack
 from tidemark.peer_client.jobs import ABANDONED, Job, RunJob
@@ -103,6 +105,20 @@ def decide_admitted(env: Envelope, dedup: DedupWindow, handlers: HandlerRegistry
     return Decision(RUN, "", "", handler, msg)
 
 
+class Cancellable(Protocol):
+    """What :attr:`Inbox.schedule` returns: the scheduled call, which ``cancel`` drops."""
+
+    def cancel(self) -> None: ...
+
+
+def thread_timer(delay_s: float, fn: Callable[[], None]) -> Cancellable:
+    """Run ``fn`` on a daemon thread after ``delay_s`` seconds."""
+    timer = threading.Timer(delay_s, fn)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 class Inbox:
     """Applies decisions: holds back, drops, reports, or submits jobs to the executor."""
 
@@ -136,6 +152,12 @@ class Inbox:
         #: the persisted dedup store (None: off) and the clock its records are stamped with
         self.completed: CompletedIds | None = None
         self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+        #: the queues' delivery limit: a nak that reaches it is not delivered again here
+        #: (the queues dead-letter the message), like any failure
+        self.delivery_limit = int(env_value("delivery_limit"))
+        self._naks: dict[str, Cancellable] = {}  # nak'ed messages waiting, by id
+        #: runs a function after a delay in seconds (the test double: on the bus's clock)
+        self.schedule: Callable[[float, Callable[[], None]], Cancellable] = thread_timer
 
     def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
         """Decide under the lock and count; None when the message is held or dropped for
@@ -474,13 +496,77 @@ class Inbox:
             self._record_completed(completed, env)
 
     def _failed(self, env: Envelope, error: BaseException) -> None:
+        if isinstance(error, Nak) and self._nak(env, error):
+            return
+        term = isinstance(error, Term)
         with self._lock:
-            self.dedup.forget(env.message_id)
+            if term:
+                self.stats["terminated"] += 1  # stays in dedup: not run again here
+            else:
+                self.dedup.forget(env.message_id)
             self.stats["handler_failed"] += 1
+        if term:
+            assert isinstance(error, Term)
+            log.info("peer %s: handler for %s terminated message %s from %s: %s",
+                     self.peer_id, env.message_type, env.message_id, env.sender, error.reason)
+            self._on_failure(env, f"terminated: {error.reason}", TERM)
+            return
         reason = f"{type(error).__name__}: {error}"
         log.warning("peer %s: handler for %s failed on message %s from %s: %s - not acked",
                     self.peer_id, env.message_type, env.message_id, env.sender, reason)
         self._on_failure(env, reason, "handler")
+
+    def _nak(self, env: Envelope, nak: Nak) -> bool:
+        """A handler nak'ed ``env``: record the failed delivery and deliver it again here
+        after the delay (it stays in the dedup window meanwhile, so a replayed or resent
+        copy is not run beside it). False when it is not delivered again here: at the
+        delivery limit (the queues dead-letter it), stopping, or its handler is gone."""
+        handler = self.handlers.get(env.message_type)
+        count = env.delivery_count + 1
+        if handler is None or count >= self.delivery_limit or self._is_abandoning() \
+                or self.phase in STOPPED_PHASES:
+            return False
+        delay = nak.delay if nak.delay is not None else handler.nak_delay(env.delivery_count)
+        with self._lock:
+            self.stats["handler_failed"] += 1
+            self.stats["naks"] += 1
+        self._on_failure(env, f"nak: again after {delay:g} s", "nak")
+        again = replace(env, delivery_count=count)
+        with self._lock:
+            self._naks[env.message_id] = self.schedule(
+                delay, lambda: self._deliver_again(again, handler))
+        return True
+
+    def _deliver_again(self, env: Envelope, handler: Handler) -> None:
+        """A nak's delay is over: run ``env`` again (unless the peer stopped meanwhile: the
+        message is not acked, so its next incarnation gets it)."""
+        with self._lock:
+            self._naks.pop(env.message_id, None)
+        if self._is_abandoning() or self.phase in STOPPED_PHASES:
+            return
+        try:
+            message = handler.message_type.serializer.decode(env.payload)
+        except Exception as exc:  # noqa: BLE001 - it decoded before; report, never raise here
+            self._failed(env, exc)
+            return
+        if self._slots is not None:
+            self._slots.take()
+        self._submit(env.sender, Job(env, handler, message, self.peer_id, self._finish,
+                                     self._is_abandoning))
+
+    def naks_waiting(self) -> int:
+        """Messages nak'ed and waiting for their delay."""
+        with self._lock:
+            return len(self._naks)
+
+    def cancel_naks(self) -> int:
+        """Stop every nak's wait (the peer stops: those messages are not acked, the next
+        incarnation gets them); returns how many."""
+        with self._lock:
+            timers, self._naks = list(self._naks.values()), {}
+        for t in timers:
+            t.cancel()
+        return len(timers)
 
     def _record_completed(self, completed: CompletedIds, env: Envelope) -> None:
         """Persist the id before the ack is queued; a failed write is logged (the ack

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from tidemark.gossip.tls import Transport
+from tidemark.log.queue_state import Ttl
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.records import Envelope
 
@@ -25,6 +26,7 @@ class Bus(Protocol):
 
     max_message_bytes: int
     replicas_stalled: bool
+    ttl: Ttl
     directory: dict[str, dict[str, Any]]
 
     def now_ms(self) -> int:
@@ -47,6 +49,9 @@ class Bus(Protocol):
 
     def submit_job(self, wiring: "MemoryWiring", job: Any) -> None:
         """Queue a handler job."""
+
+    def schedule(self, delay_s: float, fn: Callable[[], None]) -> Any:
+        """Run ``fn`` once the bus's clock is ``delay_s`` further (a nak's wait)."""
 
     def run_until_idle(self, max_steps: int = 10_000_000) -> int:
         """Run queued jobs until none is left."""
@@ -127,8 +132,10 @@ class MemoryWiring:
 
     # ---- the peer's life -----------------------------------------------------------------
     def bind(self, core: PeerCore) -> None:
-        """The core these ports serve."""
+        """The core these ports serve (its naks wait on the bus's clock)."""
         self._core = core
+        core.inbox.schedule = self.bus.schedule
+        core.inbox.delivery_limit = self.bus.ttl.delivery_limit
 
     def serve(self, status: Callable[[], dict[str, Any]]) -> str:
         """Reachable at ``mem://<peer>/<incarnation>`` from now on."""

@@ -63,6 +63,9 @@ COUNTER_HELP: dict[str, str] = {
     "received": "messages taken from accepted direct batches",
     "handled": "messages whose handler returned",
     "handler_failed": "messages whose handler raised (not acked, reported)",
+    "naks": "messages whose handler nak'ed them (reported, delivered again here after a delay)",
+    "terminated": "messages whose handler terminated them (a terminal DeliveryFailed: the"
+                  " queues dead-letter them at once)",
     "failed_deliveries": "messages reported as failed (handler raised, no handler, malformed);"
                          " a persistent one gets a DeliveryFailed record",
     "unknown_type": "messages of a type not declared in this process (not acked, reported)",

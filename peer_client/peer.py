@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from tidemark.gossip.record_signing import sealer_of
@@ -142,20 +142,25 @@ class Peer:
             out["replayed"], out["forwarded"] = doc.get("replayed", 0), doc.get("forwarded", 0)
         return out
 
-    def handler(self, fn_or_cls: Any = None) -> Any:
+    def handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Register a handler: ``@peer.handler`` typed by the first parameter's annotation,
         or ``@peer.handler(MessageType)``. It takes the message, and optionally a
-        :class:`~tidemark.peer_client.MessageContext`. Registering subscribes to the type."""
-        return self._core.handler(fn_or_cls)
+        :class:`~tidemark.peer_client.MessageContext`. Registering subscribes to the type.
+        Returning acks the message; raising fails it (delivered again at the next replay);
+        ``ctx.nak(delay)`` delivers it again in this peer after ``delay`` seconds (without
+        one: ``backoff[n]`` seconds after its n-th failure, e.g. ``backoff=[0.2, 1, 5]``);
+        ``ctx.term(reason)`` dead-letters it at once."""
+        return self._core.handler(fn_or_cls, backoff=backoff)
 
-    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+    def batch_handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Register a batch handler: ``@peer.batch_handler`` with the first parameter
         annotated ``list[MessageType]``, or ``@peer.batch_handler(MessageType)``. It takes a
         list of messages (consecutive ones of a replay come together, in order; a live one
         alone), and optionally a :class:`~tidemark.peer_client.BatchContext`. Raising
         :class:`~tidemark.peer_client.BatchFailed` fails only the messages it names; any other
-        exception fails the whole batch."""
-        return self._core.batch_handler(fn_or_cls)
+        exception fails the whole batch. ``Nak``/``Term`` as the failure of a message (in
+        ``BatchFailed``, or raised for the whole batch) work as in :meth:`handler`."""
+        return self._core.batch_handler(fn_or_cls, backoff=backoff)
 
     def directory(self) -> list[PeerEntry]:
         """The peers of this environment, as this peer's directory cache knows them."""
@@ -229,6 +234,7 @@ class Peer:
         # whatever was admitted before is submitted before the drain below
         if not core.inbox.stop_admitting(Phase.STOPPING, t):
             log.warning("peer %s: messages still being admitted at stop", self.peer_id)
+        core.inbox.cancel_naks()  # not acked: the next incarnation gets them
         if abandon:
             core.inbox.abandon()
         try:

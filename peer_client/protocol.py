@@ -6,6 +6,7 @@ the in-memory :class:`tidemark.peer_client.testing.TestBus`) or with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tidemark.peer_client.context import Phase
@@ -31,10 +32,10 @@ class PeerLike(Protocol):
     def phase(self) -> Phase:
         """Where the peer is in its life (starting, replaying, normal, stopped...)."""
 
-    def handler(self, fn_or_cls: Any = None) -> Any:
+    def handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Register a handler (a decorator); the message type comes from the annotation."""
 
-    def batch_handler(self, fn_or_cls: Any = None) -> Any:
+    def batch_handler(self, fn_or_cls: Any = None, *, backoff: Sequence[float] = ()) -> Any:
         """Register a batch handler (a list of messages per call)."""
 
 

@@ -71,6 +71,19 @@ class LoggedRecord:
     record: dict[str, Any]
 
 
+@dataclass
+class BusTimer:
+    """A call :meth:`TestBus.schedule` runs once the bus's clock reaches ``due_ms``."""
+
+    due_ms: int
+    fn: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """Do not run it."""
+        self.cancelled = True
+
+
 class TestBus:
     """Peers, a directory and a txlog, all in memory and single-threaded; or, ``with_real``,
     peers on the real stack that ``settings`` names."""
@@ -105,6 +118,7 @@ class TestBus:
         self._wirings: dict[str, MemoryWiring] = {}
         self._incarnations: dict[str, MemoryWiring] = {}
         self._jobs: deque[tuple[MemoryWiring, Any]] = deque()
+        self._timers: list[BusTimer] = []  # naks waiting, on the bus's clock
         self._running = False
         self._current: MemoryWiring | None = None
         self._crash_next: dict[str, tuple[str | None, bool]] = {}
@@ -274,14 +288,36 @@ class TestBus:
             None)
 
     # ---- running -------------------------------------------------------------------------
+    def schedule(self, delay_s: float, fn: Callable[[], None]) -> "BusTimer":
+        """Run ``fn`` once the bus's clock is ``delay_s`` further (:meth:`advance`), with the
+        queued jobs; a nak's wait. Cancelled by its ``cancel``."""
+        timer = BusTimer(self.clock_ms + round(delay_s * 1000), fn)
+        self._timers.append(timer)
+        return timer
+
+    def _fire_due(self) -> bool:
+        """Run the scheduled calls whose time has come, in time order; whether any was."""
+        due = sorted((t for t in self._timers if t.due_ms <= self.clock_ms),
+                     key=lambda t: t.due_ms)
+        if not due:
+            return False
+        self._timers = [t for t in self._timers if t.due_ms > self.clock_ms]
+        for timer in due:
+            if not timer.cancelled:
+                timer.fn()
+        return True
+
     def run_until_idle(self, max_steps: int = 10_000_000) -> int:
-        """Handle queued messages until none is left; returns how many jobs ran."""
+        """Handle queued messages (and naks whose wait is over on the bus's clock) until
+        none is left; returns how many jobs ran."""
         if self._running:
             return 0
         self._running = True
         steps = 0
         try:
-            while self._jobs and steps < max_steps:
+            while steps < max_steps and (self._jobs or self._fire_due()):
+                if not self._jobs:
+                    continue
                 wiring, job = self._jobs.popleft()
                 if wiring.crashed:
                     continue

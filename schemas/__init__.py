@@ -21,7 +21,7 @@ SCHEMA_NAMES = (
 HISTORY = (("Send", "Send.v1"), ("PeerDescriptor", "PeerDescriptor.v1"),
            ("DirectBatch", "DirectBatch.v1"), ("DirectBatch", "DirectBatch.v2"),
            ("AckBatch", "AckBatch.v1"), ("Purge", "Purge.v1"),
-           ("DeliveryFailed", "DeliveryFailed.v1"))
+           ("DeliveryFailed", "DeliveryFailed.v1"), ("DeliveryFailed", "DeliveryFailed.v2"))
 
 
 def load_schema(name: str) -> dict[str, Any]:

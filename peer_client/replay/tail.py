@@ -38,6 +38,8 @@ class Tail:
     acked: set[str] = field(default_factory=set)
     #: txlog offsets of each message's DeliveryFailed records in the tail
     failures: dict[str, list[int]] = field(default_factory=dict)
+    #: txlog offset of each message's terminal DeliveryFailed (its handler's ``term``)
+    terminated: dict[str, int] = field(default_factory=dict)
     #: Sends logged below this offset were purged (-1: no Purge in the tail)
     purged_below: int = -1
     records: int = 0  #: the peer's records folded
@@ -54,6 +56,8 @@ class Tail:
             return
         elif name == "DeliveryFailed":
             self.failures.setdefault(record["message_id"], []).append(offset)
+            if record.get("terminal"):
+                self.terminated[record["message_id"]] = offset  # the last one
         elif name == "Purge":
             self.purged_below = max(self.purged_below, offset)
         else:
@@ -77,7 +81,8 @@ class Tail:
             offsets = failures.get(mid)
             if offsets:  # a failure counts once its Send is queued (as the job counts)
                 failed = sum(1 for o in offsets if o > env.txlog_offset)
-                if env.delivery_count + failed >= delivery_limit:
+                if env.delivery_count + failed >= delivery_limit or \
+                        self.terminated.get(mid, -1) > env.txlog_offset:
                     continue  # the queues job dead-letters it once it reads the tail
                 env.delivery_count += failed
             out.append(env)

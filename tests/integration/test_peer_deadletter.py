@@ -13,8 +13,10 @@ queues job's own model in memory): the same deliveries and the same dead letter.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -119,3 +121,88 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
     assert len(seen.of(POISON)) == LIMIT + 1 and last[1] == 0 and last[3] != mid
     assert last[3].startswith(mid + "~replay-")
     assert job.alive, job.log_tail()
+
+
+class Controlled:
+    """D's handler: Job 1 naks after 0.2 s, then 0.5 s, then returns; Job 2 terminates;
+    Job 3 naks for a minute the first time (D restarts meanwhile), then returns. Records
+    ``(clock(), delivery_count, replay)`` per delivery, by job."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock, self.lock = clock, threading.Lock()
+        self.seen: dict[int, list[tuple[float, int, bool]]] = {1: [], 2: [], 3: []}
+
+    def __call__(self, msg: Job, ctx: MessageContext) -> None:
+        with self.lock:
+            calls = self.seen[msg.n]
+            calls.append((self.clock(), ctx.delivery_count, ctx.replay))
+            n = len(calls)
+        if msg.n == 1 and n <= 2:
+            ctx.nak((0.2, 0.5)[n - 1])
+        if msg.n == 2:
+            ctx.term("bad")
+        if msg.n == 3 and n == 1:
+            ctx.nak(60.0)
+
+    def count(self, n: int) -> int:
+        with self.lock:
+            return len(self.seen[n])
+
+
+def _ack_control(bus: TestBus, seen: Controlled, applied: Callable[[], None],
+                 elapse: Callable[[float], None]) -> None:
+    """C sends Jobs 1-3 to a running D (directly); D naks, terminates and naks; D stops
+    while Job 3's nak waits, and its next incarnation replays Job 3 once."""
+    d = bus.peer("D", start=False)
+    d.handler(Job)(seen)
+    with d:
+        with bus.peer("C") as c:
+            for i in (1, 2, 3):
+                c.post("D", Job(i))
+            assert c.flush(60)
+        elapse(0.2)
+        elapse(0.5)
+        bus.wait_until(lambda: (seen.count(1), seen.count(2), seen.count(3)) == (3, 1, 1), 60,
+                       "D's handler: Job 1 three times, Jobs 2 and 3 once")
+    applied()
+    d = bus.peer("D", start=False)
+    d.handler(Job)(seen)
+    with d:
+        bus.wait_until(lambda: seen.count(3) == 2, 120, "D's next incarnation replaying Job 3")
+    applied()
+
+
+def test_nak_and_term_in_the_running_peer_on_the_real_stack_and_the_double(
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
+    """Job 1's naks redeliver it in the running peer after 0.2 s and 0.5 s (± 100 ms), then
+    it is acked; Job 2's term dead-letters it at once (one delivery); Job 3, nak'ed when its
+    peer stops, comes back once in the next incarnation's replay with its count. The test
+    double (naks on its clock) sees the same deliveries and the same dead letter."""
+    s, job = replicas_job
+    settings = s.settings()
+
+    def applied() -> None:
+        try:
+            job.wait_for_progress(240.0)
+        except QueuesError as exc:
+            pytest.fail(str(exc))
+
+    real = Controlled(time.monotonic)
+    with TestBus(settings.environment, with_real=True, settings=settings) as bus:
+        _ack_control(bus, real, applied, lambda s: None)
+    t1 = [t for t, _, _ in real.seen[1]]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(t1)]
+    assert abs(gaps[0] - 0.2) <= 0.1 and abs(gaps[1] - 0.5) <= 0.1, gaps
+    shape = {n: [(c, r) for _, c, r in calls] for n, calls in real.seen.items()}
+    assert shape == {1: [(0, False), (1, False), (2, False)], 2: [(0, False)],
+                     3: [(0, False), (1, True)]}, shape
+    listed = json.loads(tidemark_cli(settings, "deadletter", "list", "--json", "--peer", "D"))
+    letters = [(x["count"], x["reason"]) for x in listed if x["kind"] == "delivery"]
+    assert letters == [(1, "terminated: bad")], listed
+    with TestBus(settings.environment, delivery_limit=LIMIT) as double:
+        twin = Controlled(lambda: double.now_ms() / 1000)
+        _ack_control(double, twin, lambda: None, double.advance)
+        assert [(x["delivery_count"], x["reason"]) for x in double.dead_letters("D")] == letters
+    assert {n: [(c, r) for _, c, r in calls] for n, calls in twin.seen.items()} == shape
+    t1 = [t for t, _, _ in twin.seen[1]]
+    assert [round(b - a, 3) for a, b in itertools.pairwise(t1)] == [0.2, 0.5]

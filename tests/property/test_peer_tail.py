@@ -1,7 +1,8 @@
 """A replay that starts on what the queues cover, plus the tail read from txlog
 (``peer_client.replay.tail``), delivers what a replay of the whole log would: checked against a
 model of the queues job (Sends queued, Acks and dead letters remove, DeliveryFailed
-counts, a Purge clears; an Ack before its Send keeps the Send out)."""
+counts, a terminal one dead-letters at once, a Purge clears; an Ack before its Send keeps the
+Send out)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tidemark.peer_client.replay.tail import Tail
 LIMIT = 3
 
 ops = st.lists(st.one_of(
-    st.tuples(st.sampled_from(["send", "ack", "fail"]), st.integers(0, 12)),
+    st.tuples(st.sampled_from(["send", "ack", "fail", "fail", "term"]), st.integers(0, 12)),
     st.just(("purge", -1))), max_size=60)
 
 
@@ -27,10 +28,10 @@ def model(records: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
         if kind == "send":
             if mid not in q and mid not in gone:
                 q[mid] = [0, off]
-        elif kind == "fail":
+        elif kind in ("fail", "term"):  # a term: a terminal failure, dead-letters at once
             if mid in q:
                 q[mid][0] += 1
-                if q[mid][0] >= LIMIT:
+                if q[mid][0] >= LIMIT or kind == "term":
                     del q[mid]
                     gone.add(mid)
         elif kind == "ack":
@@ -64,8 +65,9 @@ def test_covered_replay_plus_tail_equals_the_whole_queue(records: list[tuple[str
     for off in range(barrier - lookback, len(records)):
         kind, n = records[off]
         name = {"send": "Send", "ack": "AckBatch", "fail": "DeliveryFailed",
-                "purge": "Purge"}[kind]
-        rec = {"message_ids": [f"m{n}"], "message_id": f"m{n}", "peer": "B"}
+                "term": "DeliveryFailed", "purge": "Purge"}[kind]
+        rec = {"message_ids": [f"m{n}"], "message_id": f"m{n}", "peer": "B",
+               "terminal": kind == "term"}
         tail.fold(name, rec, off, acks_only=off < barrier)
     covered = model(records[:barrier])
     replayed = tail.admit([_env(m, c, o) for m, (c, o) in sorted(covered.items(),

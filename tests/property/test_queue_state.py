@@ -64,7 +64,7 @@ class DictModel:
         elif ev.kind == FAIL:
             if ev.message_id in self.queue:
                 self.counts[ev.message_id] += 1
-                if self.counts[ev.message_id] >= self.limit:
+                if self.counts[ev.message_id] >= self.limit or (ev.record or {}).get("terminal"):
                     reason = (ev.record or {})["reason"]
                     self.letters.append((ev.message_id, self.queue.pop(ev.message_id),
                                          self.counts[ev.message_id], reason))
@@ -103,7 +103,9 @@ def streams(draw: st.DrawFn) -> Case:
         kind = draw(st.sampled_from([SEND, SEND, SEND, ACK, ACK, PURGE, FAIL, FAIL, FAIL]))
         mid = draw(st.sampled_from(ids)) if kind != PURGE else ""
         record = {"message_id": mid, "payload": b"x"} if kind == SEND else \
-            {"message_id": mid, "reason": f"r{offset}"} if kind == FAIL else None
+            {"message_id": mid, "reason": f"r{offset}",  # a terminal one: the handler's term
+             "terminal": draw(st.sampled_from([False, False, False, True]))} \
+            if kind == FAIL else None
         events.append((draw(st.sampled_from(peers)), Event(kind, offset, ts, mid, record)))
     cuts = sorted(set(draw(st.lists(st.integers(0, n), max_size=12))) | {n})
     ttls = (draw(st.sampled_from([0, 1, 5, 20, 10**9])), draw(st.sampled_from([0, 3, 10, 10**9])),

@@ -190,3 +190,28 @@ def test_a_group_of_several_partitions_keeps_each_row_in_its_own_partition() -> 
     tombs = out2[out2.kind == TOMBSTONE]
     assert dict(zip(tombs.key, tombs.partition, strict=True)) == {
         queue_key("a", "2").encode(): 1, queue_key("c", "7").encode(): 5}
+
+
+def _failure(peer: str, mid: str, terminal: bool | None) -> bytes:
+    """A DeliveryFailed; ``terminal`` None: written by an older peer (schema v2, no field)."""
+    rec = {"message_id": mid, "peer": peer, "environment": "e", "sender": "s",
+           "message_type": "t", "reason": "why", "timestamp_ms": 6, "signer": b"",
+           "signature": b""}
+    if terminal is not None:
+        return C.encode("DeliveryFailed", {**rec, "terminal": terminal})
+    import json
+
+    from tidemark import schemas
+    from tidemark.log.wire import Codec
+    old = json.loads((schemas.SCHEMA_DIR / "history" / "DeliveryFailed.v2.avsc").read_text())
+    return Codec({"DeliveryFailed": old}).encode("DeliveryFailed", rec)
+
+
+def test_a_terminal_failure_dead_letters_at_once_an_older_peers_counts_one() -> None:
+    maps = MemoryMaps()
+    frame = _frame([(b"a", _send("a", "1"), 0), (b"a", _send("a", "2"), 0),
+                    (b"a", _failure("a", "1", True), 0), (b"a", _failure("a", "2", None), 0),
+                    (b"a", _failure("a", "2", False), 0)])
+    out = process_rows(frame, maps, Ttl(1000, 500))
+    assert list(out[out.kind == LETTER].offset) == [0]   # "1" (its Send at 0): its term
+    assert {k[1]: e.delivery_count for k, e in maps.entries().items() if e.queued} == {"2": 4}  # 2 on its Send, + 2
