@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 STATE  ?= $(CURDIR)/.tidemark
 PYTEST_ARGS ?=
 
-.PHONY: install jars test lint demo soak load nemesis bench clean down
+.PHONY: install jars test lint demo soak load nemesis ops bench clean down
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "python3.11 not found: install Python 3.11"; exit 1; }
@@ -43,6 +43,12 @@ soak: install jars
 # catchup): ~20 min, so a group of their own, which .ci/run runs after `make test`
 load: install jars
 	$(PY) -m pytest -m load -p no:cacheprovider $(PYTEST_ARGS)
+
+# the operator's stack: a real Prometheus scraping replica nodes and the Spark job, every alert
+# rule loaded and every dashboard panel returning data (about 6 minutes; installs prometheus)
+ops: install jars
+	@bash scripts/system_packages.sh prometheus
+	$(PY) -m pytest -m ops -p no:cacheprovider $(PYTEST_ARGS)
 
 # scenarios on hosts of their own (root: network namespaces; installs nftables when missing)
 nemesis: install jars
