@@ -8,7 +8,8 @@ metrics (``process_resident_memory_bytes``, ``process_cpu_seconds_total``, ``pyt
 beside the peer's. Exported:
 
 * ``tidemark_peer_info{peer,environment,incarnation,endpoint}`` = 1
-* ``tidemark_peer_phase{peer,phase}``: 1 for the current phase (created, starting, replay,
+* ``tidemark_peer_phase{peer,tidemark_peer_phase}`` (a state set: its state is the label of
+  the metric's own name): 1 for the current phase (created, starting, replay,
   handover, normal, stopping, stopped), 0 for the others
 * ``tidemark_peer_<counter>_total{peer}`` for each of the peer's counters: every one in
   :data:`COUNTER_HELP` from the first scrape (0 until counted), each with its own help;
