@@ -44,8 +44,9 @@ soak: install jars
 load: install jars
 	$(PY) -m pytest -m load -p no:cacheprovider $(PYTEST_ARGS)
 
-# the operator's stack: a real Prometheus scraping replica nodes and the Spark job, every alert
-# rule loaded and every dashboard panel returning data (about 6 minutes; installs prometheus)
+# the operator's deployment: a real Prometheus scraping replica nodes and the Spark job, every
+# alert rule loaded and every dashboard panel returning data; the compose healthcheck against a
+# secured node; a broker's external listener (about 8 minutes; installs prometheus)
 ops: install jars
 	@bash scripts/system_packages.sh prometheus
 	$(PY) -m pytest -m ops -p no:cacheprovider $(PYTEST_ARGS)

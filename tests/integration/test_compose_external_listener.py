@@ -27,7 +27,7 @@ from tidemark.log.settings import load_settings
 from tidemark.log.topics import ensure_topics
 from tidemark.stack.processes import free_ports, wait_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.ops]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Variables the apache/kafka image does not turn into server properties.

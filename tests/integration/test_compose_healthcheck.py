@@ -24,7 +24,7 @@ from tidemark.log.settings import load_settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.stack.replicas import write_cluster_file
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.ops]
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = "p0r0"
