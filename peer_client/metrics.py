@@ -30,11 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
-    GC_COLLECTOR,
     CollectorRegistry,
-    GCCollector,
-    PlatformCollector,
-    ProcessCollector,
     start_http_server,
 )
 from prometheus_client.core import (
@@ -44,6 +40,7 @@ from prometheus_client.core import (
     StateSetMetricFamily,
 )
 
+from tidemark.log.runtime_metrics import runtime_registry
 from tidemark.peer_client.context import Phase
 
 __all__ = ["PeerCollector", "MetricsServer", "PHASES", "COUNTER_HELP", "GAUGE_HELP"]
@@ -208,17 +205,6 @@ def _held(peer: str, held: Any) -> Iterator[Metric]:
         yield c
 
 
-def runtime_registry() -> CollectorRegistry:
-    """A registry with the process (RSS, CPU, open fds...), platform and Python GC
-    collectors."""
-    registry = CollectorRegistry(auto_describe=False)
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    if GC_COLLECTOR is not None:  # None where the interpreter has no gc.get_stats
-        GCCollector(registry=registry)
-    return registry
-
-
 class MetricsServer:
     """``/metrics`` of one collector on ``host:port`` (port 0: a free one). Without a
     ``registry``, the one served also holds the process and Python GC metrics; with one
@@ -230,7 +216,7 @@ class MetricsServer:
         host, _, port = bind.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"metrics_bind must be HOST:PORT, got {bind!r}")
-        self.registry = runtime_registry() if registry is None else registry
+        self.registry = runtime_registry(auto_describe=False) if registry is None else registry
         self.registry.register(collector)
         self._collector = collector
         self._server, self._thread = start_http_server(int(port), host, self.registry)

@@ -10,16 +10,13 @@ metrics (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
 from __future__ import annotations
 
 from prometheus_client import (
-    GC_COLLECTOR,
-    CollectorRegistry,
     Counter,
     Gauge,
-    GCCollector,
     Histogram,
-    PlatformCollector,
-    ProcessCollector,
     start_http_server,
 )
+
+from tidemark.log.runtime_metrics import runtime_registry
 
 __all__ = ["NodeMetrics", "DURATION_BUCKETS"]
 
@@ -28,22 +25,13 @@ DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
                     10.0)
 
 
-def add_runtime_collectors(registry: CollectorRegistry) -> None:
-    """Register the process (RSS, CPU, open fds...), platform and Python GC collectors."""
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    if GC_COLLECTOR is not None:  # None where the interpreter has no gc.get_stats
-        GCCollector(registry=registry)
-
-
 class NodeMetrics:
     """The metrics one node exports."""
 
     def __init__(self, node_id: str) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = runtime_registry()
         r, labels = self.registry, ["node"]
         self.node_id = node_id
-        add_runtime_collectors(r)
         # ---- counters -----------------------------------------------------------------
         self.applied = Counter(
             "tidemark_replica_applied_records_total",

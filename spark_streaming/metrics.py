@@ -28,16 +28,13 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import (
-    GC_COLLECTOR,
-    CollectorRegistry,
     Counter,
     Gauge,
-    GCCollector,
     Histogram,
-    PlatformCollector,
-    ProcessCollector,
     start_http_server,
 )
+
+from tidemark.log.runtime_metrics import runtime_registry
 
 __all__ = ["QueuesMetrics", "BATCH_BUCKETS", "apply_progress", "apply_idle", "apply_terminated",
            "query_listener", "parse_spark_time"]
@@ -54,11 +51,7 @@ class QueuesMetrics:
     platform and Python GC collectors)."""
 
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry()
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        if GC_COLLECTOR is not None:  # None where the interpreter has no gc.get_stats
-            GCCollector(registry=r)
+        self.registry = r = runtime_registry()
         self.batch_duration = Histogram(
             "tidemark_queues_batch_duration_seconds",
             "wall time of one micro-batch of the queues query, planning to commit (Spark's"
