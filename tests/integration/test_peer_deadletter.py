@@ -56,6 +56,17 @@ class Handler:
             return len(self.items)
 
 
+def _applied(job: JobProcess) -> Callable[[], None]:
+    """Wait until the queues job covered everything in txlog (fails the test if it does not
+    within 4 minutes)."""
+    def applied() -> None:
+        try:
+            job.wait_for_progress(240.0)
+        except QueuesError as exc:
+            pytest.fail(str(exc))
+    return applied
+
+
 def _incarnation(bus: TestBus, seen: Handler, poison_deliveries: int,
                  applied: Callable[[], None]) -> dict:
     """Start B, wait until it is normal and its handler saw the poison ``poison_deliveries``
@@ -90,12 +101,7 @@ def test_always_failing_handler_is_dead_lettered_after_limit(
         replicas_job: tuple[LocalStack, JobProcess]) -> None:
     s, job = replicas_job
     settings = s.settings()
-
-    def applied() -> None:
-        try:
-            job.wait_for_progress(240.0)
-        except QueuesError as exc:
-            pytest.fail(str(exc))
+    applied = _applied(job)
 
     with TestBus(settings.environment, with_real=True, settings=settings) as real:
         seen, st = _scenario(real, applied)
@@ -180,12 +186,7 @@ def test_nak_and_term_in_the_running_peer_on_the_real_stack_and_the_double(
     double (naks on its clock) sees the same deliveries and the same dead letter."""
     s, job = replicas_job
     settings = s.settings()
-
-    def applied() -> None:
-        try:
-            job.wait_for_progress(240.0)
-        except QueuesError as exc:
-            pytest.fail(str(exc))
+    applied = _applied(job)
 
     real = Controlled(time.monotonic)
     with TestBus(settings.environment, with_real=True, settings=settings) as bus:
