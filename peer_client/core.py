@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
+from time import perf_counter
 from typing import Any
 
 from tidemark.gossip.pki import Identity
@@ -27,6 +28,7 @@ from tidemark.peer_client.flight import FlightControl
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.inbox import Inbox, Job
 from tidemark.peer_client.incarnation import new_incarnation, sender_refusal
+from tidemark.peer_client.latency import Latencies
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.outbox import Outbox
@@ -85,11 +87,14 @@ class PeerCore:
                                                        seal).encode,
                            encode_record=self.encode_record, clock_ms=clock_ms,
                            stats=self.stats, seal=seal)
+        #: sampled latency histograms (sends, handlers, replay batches): metrics
+        self.latencies = Latencies()
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,
                            self.acker.record_failure, self.acker.ack, self.stats,
                            options.inbox_limit if options.inbox_limit else None,
                            getattr(executor, "submit_many", None), self.acker.ack_many,
                            options.hold_limit, options.hold_bytes)
+        self.inbox.latencies = self.latencies
         self.outbox = Outbox(peer_id, self.incarnation, self.nonce, environment, log_port,
                              direct, stability,
                              options.direct_batch, options.unreachable_backoff_ms,
@@ -102,7 +107,7 @@ class PeerCore:
                                                       peer_id, environment,
                                                       self._codec.schema("Send")),
                              dead_after_ms=options.dead_after_ms, clock_ms=clock_ms,
-                             stats=self.stats)
+                             stats=self.stats, latencies=self.latencies)
         self.send = self.sender.send
         self.post = self.sender.post
         self.publish = self.sender.publish
@@ -171,7 +176,11 @@ class PeerCore:
         were not dropped as duplicates."""
         for env in envs:
             env.replay = True
-        return self.inbox.accept_many(envs)
+        t0 = perf_counter()
+        fresh = self.inbox.accept_many(envs)
+        if envs:  # admitted: through the inbox limit, at the pace of the handlers
+            self.latencies.by_name["replay_batch"].observe((perf_counter() - t0) / len(envs))
+        return fresh
 
     def end_replay(self, handover: bool = False) -> None:
         """Replay finished: dispatch held-back live messages (to HANDOVER or NORMAL)."""

@@ -28,6 +28,7 @@ from tidemark.peer_client.exceptions import Nak, PayloadError, Term
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.held import HeldBack
 from tidemark.peer_client.jobs import ABANDONED, Job, RunJob
+from tidemark.peer_client.latency import Latencies, Latency
 from tidemark.peer_client.messages import lookup
 from tidemark.peer_client.records import Envelope
 from tidemark.peer_client.slots import Slots
@@ -119,6 +120,34 @@ def thread_timer(delay_s: float, fn: Callable[[], None]) -> Cancellable:
     return timer
 
 
+class Timed:
+    """A sampled handler job: runs ``job`` and records its duration per message (``n``
+    messages) in ``latency``."""
+
+    __slots__ = ("job", "latency", "n")
+
+    def __init__(self, job: Job | RunJob, latency: Latency, n: int) -> None:
+        self.job, self.latency, self.n = job, latency, n
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the job runs on the event loop."""
+        return self.job.is_async
+
+    def run(self) -> None:
+        """Run the job, timed."""
+        t0 = time.perf_counter()
+        self.job.run()
+        self.latency.observe((time.perf_counter() - t0) / self.n)
+
+    async def run_async(self) -> None:
+        """Run the ``async def`` job, timed."""
+        assert isinstance(self.job, Job)
+        t0 = time.perf_counter()
+        await self.job.run_async()
+        self.latency.observe((time.perf_counter() - t0) / self.n)
+
+
 class Inbox:
     """Applies decisions: holds back, drops, reports, or submits jobs to the executor."""
 
@@ -156,6 +185,8 @@ class Inbox:
         #: (the queues dead-letter the message), like any failure
         self.delivery_limit = int(env_value("delivery_limit"))
         self._naks: dict[str, Cancellable] = {}  # nak'ed messages waiting, by id
+        #: sampled latency histograms (the peer's; None: not timed)
+        self.latencies: Latencies | None = None
         #: runs a function after a delay in seconds (the test double: on the bus's clock)
         self.schedule: Callable[[float, Callable[[], None]], Cancellable] = thread_timer
 
@@ -296,8 +327,8 @@ class Inbox:
         else:
             for sender, items in runs.items():
                 for env, h, m in items:
-                    self._submit(sender, Job(env, h, m, self.peer_id, self._finish,
-                                             self._is_abandoning))
+                    self._submit(sender, self._timed(Job(env, h, m, self.peer_id, self._finish,
+                                                         self._is_abandoning)))
         self._admitting -= queued
         if not self._admitting:
             self._admitted.notify_all()
@@ -351,8 +382,8 @@ class Inbox:
             if self._slots is not None:
                 self._slots.take()
             assert d.handler is not None
-            self._submit(env.sender, Job(env, d.handler, d.message, self.peer_id, self._finish,
-                                         self._is_abandoning))
+            self._submit(env.sender, self._timed(Job(env, d.handler, d.message, self.peer_id,
+                                                     self._finish, self._is_abandoning)))
         finally:
             self._admitted_done(1)
 
@@ -429,11 +460,13 @@ class Inbox:
         after_each = self._record_persistent if completed is not None else None
         for sender, items in runs.items():
             if any(h.is_async for _, h, _ in items):
-                self._submit_many(sender, [Job(env, h, m, self.peer_id, self._finish,
-                                               self._is_abandoning) for env, h, m in items])
+                self._submit_many(sender, [self._timed(Job(env, h, m, self.peer_id, self._finish,
+                                                           self._is_abandoning))
+                                           for env, h, m in items])
             else:
-                self._submit(sender, RunJob(items, self.peer_id, after_each,
-                                            self._finish_run, self._is_abandoning))
+                self._submit(sender, self._timed(RunJob(items, self.peer_id, after_each,
+                                                        self._finish_run, self._is_abandoning),
+                                                 len(items)))
         runs.clear()
 
     def stop_admitting(self, phase: Phase, timeout: float) -> bool:
@@ -551,8 +584,15 @@ class Inbox:
             return
         if self._slots is not None:
             self._slots.take()
-        self._submit(env.sender, Job(env, handler, message, self.peer_id, self._finish,
-                                     self._is_abandoning))
+        self._submit(env.sender, self._timed(Job(env, handler, message, self.peer_id,
+                                                 self._finish, self._is_abandoning)))
+
+    def _timed(self, job: Job | RunJob, n: int = 1) -> Any:
+        """``job`` (of ``n`` messages), timed when it holds the sampled message."""
+        latencies = self.latencies
+        if latencies is None or not latencies.sample_handler(n):
+            return job
+        return Timed(job, latencies.by_name["handler"], n)
 
     def naks_waiting(self) -> int:
         """Messages nak'ed and waiting for their delay."""

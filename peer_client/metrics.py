@@ -36,6 +36,7 @@ from prometheus_client import (
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     Metric,
     StateSetMetricFamily,
 )
@@ -114,6 +115,41 @@ _REPLAY_COUNTERS = {
     "retries": ("replay_retries", "replays interrupted and retried on another replica")}
 
 
+#: The latency histograms (``status()["latency"]``, peer_client.latency): metric name, help,
+#: and the histograms under it with their extra label value (durability), if any.
+LATENCY_HELP: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    "send_seconds": ("from a send call until its durability level held (log: Kafka acknowledged"
+                     " it; quorum/all: the stable cut passed it); one send in 16 is timed",
+                     (("send_log", "log"), ("send_quorum", "quorum"), ("send_all", "all"))),
+    "handler_seconds": ("one handler call, its ack queued (a run of messages handled together:"
+                        " its share per message); one message in 16 is timed",
+                        (("handler", ""),)),
+    "replay_seconds_per_message": ("a replay batch from its arrival until the peer admitted all"
+                                   " of it (at the handlers' pace), over its length",
+                                   (("replay_batch", ""),)),
+}
+
+
+def _latencies(peer: str, doc: Any) -> Iterator[Metric]:
+    """The histograms of :data:`LATENCY_HELP`, present (at 0) from the first scrape."""
+    doc = doc if isinstance(doc, Mapping) else {}
+    for name, (help_text, parts) in LATENCY_HELP.items():
+        labeled = any(value for _, value in parts)
+        h = HistogramMetricFamily(_name(name), help_text,
+                                  labels=["peer", "durability"] if labeled else ["peer"])
+        for key, value in parts:
+            snap = doc.get(key) or {}
+            buckets = [(_bound(b), float(n)) for b, n in snap.get("buckets", [])] or \
+                [("+Inf", 0.0)]
+            h.add_metric([peer, value] if labeled else [peer], buckets,
+                         float(snap.get("sum", 0.0)))
+        yield h
+
+
+def _bound(b: Any) -> str:
+    return b if isinstance(b, str) else repr(float(b))
+
+
 def _name(stat: str) -> str:
     return "tidemark_peer_" + re.sub(r"[^a-zA-Z0-9_]", "_", stat)
 
@@ -139,6 +175,7 @@ class PeerCollector:
         yield phase
         yield from _stats(peer, doc.get("stats"))
         yield from _held(peer, doc.get("held"))
+        yield from _latencies(peer, doc.get("latency"))
         replay = doc.get("replay")
         if not isinstance(replay, Mapping):
             return

@@ -134,6 +134,7 @@ class Peer:
                                "incarnation": self.incarnation, "phase": self.phase.value,
                                "endpoint": self.endpoint, "stats": self.stats}
         out["held"] = self._core.inbox.held_status()
+        out["latency"] = self._core.latencies.snapshot()
         replay = getattr(self.replayer, "status", None)
         if replay is not None:
             out["replay"] = doc = replay()

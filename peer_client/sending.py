@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from tidemark.log.exceptions import DeliveryError, OversizedMessageError
@@ -24,6 +25,7 @@ from tidemark.peer_client.exceptions import (
 )
 from tidemark.peer_client.flight import FlightControl
 from tidemark.peer_client.inbox import Inbox
+from tidemark.peer_client.latency import SAMPLE_EVERY, Latencies
 from tidemark.peer_client.messages import _BY_CLASS, MessageType, message_type_of
 from tidemark.peer_client.options import LEVELS
 from tidemark.peer_client.outbox import Outbox, OutItem
@@ -39,8 +41,11 @@ class Sender:
     def __init__(self, peer_id: str, environment: str, incarnation: str, max_bytes: int, *,
                  inbox: Inbox, directory: DirectoryCache, dir_lock: threading.Lock,
                  outbox: Outbox, flight: FlightControl, send_encoder: SendEncoder,
-                 dead_after_ms: int, clock_ms: Callable[[], int], stats: Any) -> None:
+                 dead_after_ms: int, clock_ms: Callable[[], int], stats: Any,
+                 latencies: Latencies | None = None) -> None:
         self.peer_id, self.environment, self.max_bytes = peer_id, environment, max_bytes
+        #: the sampled send latencies (one send in SAMPLE_EVERY is timed)
+        self.latencies = latencies or Latencies()
         self.inbox, self.directory, self.dir_lock = inbox, directory, dir_lock
         self.outbox, self.flight = outbox, flight
         self.dead_after_ms, self.clock_ms, self.stats = dead_after_ms, clock_ms, stats
@@ -166,10 +171,14 @@ class Sender:
                                             f" max_message_bytes={self.max_bytes}")
             self._acquire(timeout)
             self.sent += 1
+            sampled = not self.sent % SAMPLE_EVERY
             if not track:
-                self._append_now(to, value, self._posted_cb)
+                self._append_now(to, value, self._timed_post(perf_counter()) if sampled
+                                 else self._posted_cb)
                 return mid
             handle = Delivery(mid, 1, self._release)
+            if sampled:
+                self._time(handle, durability)
             self._append_now(to, value, handle)
             return handle
         handle = Delivery(mid, 1, self._release)
@@ -177,11 +186,33 @@ class Sender:
         assert item is not None
         self._acquire(timeout)
         self.sent += 1
+        if not self.sent % SAMPLE_EVERY:
+            self._time(handle, durability)
         if item.direct is None:
             self.outbox.put_logged(to, item)
         else:
             self.outbox.put(to, item)
         return handle
+
+    def _time(self, handle: Delivery, durability: str) -> None:
+        """Time ``handle`` until its durability level holds (a sampled send)."""
+        latency, t0 = self.latencies.by_name[f"send_{durability}"], perf_counter()
+
+        def done(d: Delivery) -> None:
+            if d.exception() is None:
+                latency.observe(perf_counter() - t0)
+        handle.add_done_callback(done)
+
+    def _timed_post(self, t0: float) -> Callable[[Any, Any], None]:
+        """The Kafka callback of a sampled :meth:`post`: :meth:`_posted`, then the time
+        since ``t0`` when Kafka acknowledged it."""
+        latency = self.latencies.by_name["send_log"]
+
+        def posted(err: Any, msg: Any) -> None:
+            self._posted(err, msg)
+            if err is None:
+                latency.observe(perf_counter() - t0)
+        return posted
 
     def _posted(self, err: Any, msg: Any) -> None:
         """The shared Kafka callback of :meth:`post`."""
