@@ -332,6 +332,17 @@ class Run:
                 seen[x.node] = x.t_ms - self.healed_at
         return max(seen.values()) if len(seen) == len(self.nodes) else None
 
+    def dedup_window(self) -> set[str]:
+        """The dedup store's one window: the last id each incarnation but the last handled
+        (one sender here), which a SIGKILL between the handler's return and the store's put
+        runs again."""
+        last: dict[str, str] = {}
+        for kind, inc, mid, _ in self.record.rows():
+            if kind == "done":
+                last.pop(inc, None)
+                last[inc] = mid  # dicts keep insertion order: the last incarnation comes last
+        return set(list(last.values())[:-1])
+
     def mark(self, step: str) -> None:
         """Note when ``step`` of the run's end happened, in ms after healing (printed)."""
         if self.healed_at:
@@ -356,6 +367,7 @@ class Run:
                                       for kind, inc, mid, n in self.record.rows()
                                       if kind == "done"]},
             dedup={self.recipient: True},
+            dedup_window=self.dedup_window(),
             samples=recorder.samples,
             owners={k: sorted(self.nodes) for k in partitions},
             acks=(acks := sends_and_acks(self.stack.settings(), self.recipient, partitions)),

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.nemesis_model import simulate
-from tidemark.nemesis.checker import Bounds, check, first_missing
+from tidemark.nemesis.checker import Bounds, check, check_twice, first_missing
 from tidemark.nemesis.history import (
     FinalPartition,
     Handled,
@@ -245,3 +245,16 @@ def test_first_missing_against_a_set(spans: list[tuple[int, int]], lo: int, hi: 
     have = {o for a, b in ranges for o in range(a, b)}
     want = next((o for o in range(lo, hi) if o not in have), None)
     assert first_missing(ranges, lo, hi) == want
+
+
+def test_the_dedup_windows_id_may_run_again_with_the_store_on_and_no_other() -> None:
+    rows = [Handled("r#1", "m1", "s", 1), Handled("r#1", "m2", "s", 2),
+            Handled("r#2", "m2", "s", 2), Handled("r#2", "m3", "s", 3)]
+    h = History(handled={"r": rows}, dedup={"r": True})
+    assert not check_twice(h).ok
+    h.dedup_window = {"m2"}
+    v = check_twice(h)
+    assert v.ok and v.details["redelivered"] == 1
+    h.handled["r"].append(Handled("r#2", "m1", "s", 1))   # m1 is not in the window
+    assert not check_twice(h).ok
+    assert History.from_dict(h.to_dict()).dedup_window == {"m2"}

@@ -132,7 +132,9 @@ def check_lost(h: History) -> Verdict:
 def check_twice(h: History) -> Verdict:
     """**twice**: per recipient, no id handled twice by one incarnation; an id handled by a
     second incarnation only if the recipient's persisted dedup store is off (a recipient not
-    listed counts as off) and the id is in ``redeliverable``."""
+    listed counts as off) and the id is in ``redeliverable``, or the store is on and the id
+    is in ``dedup_window`` (the store's one documented window: a kill between a handler's
+    return and the store's put)."""
     t, checked, redelivered = _Tally(), 0, 0
     for r in sorted(h.handled):
         dedup = h.dedup.get(r, False)
@@ -143,7 +145,9 @@ def check_twice(h: History) -> Verdict:
             if x.incarnation in seen:
                 t.add(f"{x.message_id} handled twice by {r} incarnation {x.incarnation}")
             elif seen:
-                if dedup:
+                if dedup and x.message_id in h.dedup_window:
+                    redelivered += 1
+                elif dedup:
                     t.add(f"{x.message_id} handled by {r} incarnations {seen[-1]} and"
                           f" {x.incarnation} with the dedup store on")
                 elif x.message_id not in h.redeliverable:

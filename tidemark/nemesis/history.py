@@ -232,6 +232,9 @@ class History:
     handled: dict[str, list[Handled]] = field(default_factory=dict)   # recipient -> handling order
     dedup: dict[str, bool] = field(default_factory=dict)          # recipient -> persisted dedup on
     redeliverable: set[str] = field(default_factory=set)
+    #: ids the persisted dedup store's one window may run again: each killed incarnation's
+    #: last handled id per sender (a kill between the handler's return and the store's put)
+    dedup_window: set[str] = field(default_factory=set)
     samples: list[Sample] = field(default_factory=list)
     owners: dict[int, list[str]] = field(default_factory=dict)    # partition -> owning nodes
     acks: dict[int, list[SendAck]] = field(default_factory=dict)  # partition -> Sends
@@ -257,6 +260,7 @@ class History:
                         for r, hs in self.handled.items()},
             "dedup": dict(self.dedup),
             "redeliverable": sorted(self.redeliverable),
+            "dedup_window": sorted(self.dedup_window),
             "samples": [s.to_dict() for s in self.samples],
             "owners": {str(p): list(ns) for p, ns in self.owners.items()},
             "acks": {str(p): [a.to_dict() for a in xs] for p, xs in self.acks.items()},
@@ -274,6 +278,7 @@ class History:
                      for r, hs in (d.get("handled") or {}).items()},
             dedup={str(r): bool(v) for r, v in (d.get("dedup") or {}).items()},
             redeliverable={str(m) for m in d.get("redeliverable") or ()},
+            dedup_window={str(m) for m in d.get("dedup_window") or ()},
             samples=[Sample.from_dict(s) for s in d.get("samples") or ()],
             owners={int(p): [str(n) for n in ns] for p, ns in (d.get("owners") or {}).items()},
             acks={int(p): [SendAck.from_dict(a) for a in xs]
@@ -301,6 +306,8 @@ class History:
                        "message_id": h.message_id, "sender": h.sender, "seq": h.seq}
         for m in sorted(self.redeliverable):
             yield {"type": "redeliverable", "message_id": m}
+        for m in sorted(self.dedup_window):
+            yield {"type": "dedup_window", "message_id": m}
         for s in self.samples:
             yield {"type": "sample", **s.to_dict()}
         for p, xs in self.acks.items():
@@ -336,6 +343,8 @@ class History:
                         int(rec["seq"])))
         elif kind == "redeliverable":
             self.redeliverable.add(str(rec["message_id"]))
+        elif kind == "dedup_window":
+            self.dedup_window.add(str(rec["message_id"]))
         elif kind == "sample":
             self.samples.append(Sample.from_dict(rec))
         elif kind == "send":
