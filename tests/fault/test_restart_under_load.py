@@ -208,6 +208,14 @@ def test_checker_fails_on_a_broken_history() -> None:
         check_history([("i1", "a", 2), ("i1", "b", 1)], {"a", "b"}, set())
 
 
+# A known failure, found on 2026-11-27 (also on a8da3c2, before that day's changes): the
+# restarted peer's replay reports 0 entries received and 0 retries after its serving replica
+# is killed, so the failover this test exists for is not exercised (the history checks
+# above its last assertions pass: nothing lost, nothing twice, order kept). Strict: it
+# fails CI again as soon as the cause is fixed and it passes.
+@pytest.mark.xfail(strict=True, reason="the restarted peer's replay receives 0 entries and"
+                   " does not retry after its serving replica is killed (open, see the notes"
+                   " of 2026-11-27)")
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup-store", "no-dedup-store"])
 def test_restart_under_load_with_the_serving_replica_killed(
         replicas_job: tuple[LocalStack, JobProcess], tmp_path: Path, dedup: bool,
