@@ -28,10 +28,11 @@ from tidemark.peer_client.exceptions import Nak, PayloadError, Term
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.held import HeldBack
 from tidemark.peer_client.jobs import ABANDONED, Job, RunJob
-from tidemark.peer_client.latency import Latencies, Latency
+from tidemark.peer_client.latency import Latencies, Timed
 from tidemark.peer_client.messages import lookup
 from tidemark.peer_client.records import Envelope
 from tidemark.peer_client.slots import Slots
+from tidemark.peer_client.timers import Cancellable, thread_timer
 
 __all__ = ["Decision", "decide", "Job", "RunJob", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
            "STOPPED_PHASES", "CompletedIds", "Slots"]
@@ -104,48 +105,6 @@ def decide_admitted(env: Envelope, dedup: DedupWindow, handlers: HandlerRegistry
     except Exception as exc:  # noqa: BLE001 - a user serializer may raise anything
         return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc!r}")
     return Decision(RUN, "", "", handler, msg)
-
-
-class Cancellable(Protocol):
-    """What :attr:`Inbox.schedule` returns: the scheduled call, which ``cancel`` drops."""
-
-    def cancel(self) -> None: ...
-
-
-def thread_timer(delay_s: float, fn: Callable[[], None]) -> Cancellable:
-    """Run ``fn`` on a daemon thread after ``delay_s`` seconds."""
-    timer = threading.Timer(delay_s, fn)
-    timer.daemon = True
-    timer.start()
-    return timer
-
-
-class Timed:
-    """A sampled handler job: runs ``job`` and records its duration per message (``n``
-    messages) in ``latency``."""
-
-    __slots__ = ("job", "latency", "n")
-
-    def __init__(self, job: Job | RunJob, latency: Latency, n: int) -> None:
-        self.job, self.latency, self.n = job, latency, n
-
-    @property
-    def is_async(self) -> bool:
-        """Whether the job runs on the event loop."""
-        return self.job.is_async
-
-    def run(self) -> None:
-        """Run the job, timed."""
-        t0 = time.perf_counter()
-        self.job.run()
-        self.latency.observe((time.perf_counter() - t0) / self.n)
-
-    async def run_async(self) -> None:
-        """Run the ``async def`` job, timed."""
-        assert isinstance(self.job, Job)
-        t0 = time.perf_counter()
-        await self.job.run_async()
-        self.latency.observe((time.perf_counter() - t0) / self.n)
 
 
 class Inbox:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from time import perf_counter
 from typing import Any
 
-__all__ = ["Latency", "Latencies", "SAMPLE_EVERY", "BUCKETS", "NAMES"]
+__all__ = ["Latency", "Latencies", "Timed", "SAMPLE_EVERY", "BUCKETS", "NAMES"]
 
 #: One message in this many is timed.
 SAMPLE_EVERY = 16
@@ -79,3 +80,30 @@ class Latencies:
         """Every histogram's :meth:`Latency.snapshot`, and the sampling rate."""
         return {"sample_every": SAMPLE_EVERY,
                 **{name: h.snapshot() for name, h in self.by_name.items()}}
+
+
+class Timed:
+    """A sampled handler job: runs ``job`` and records its duration per message (``n``
+    messages) in ``latency``."""
+
+    __slots__ = ("job", "latency", "n")
+
+    def __init__(self, job: Any, latency: Latency, n: int) -> None:
+        self.job, self.latency, self.n = job, latency, n
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the job runs on the event loop."""
+        return self.job.is_async
+
+    def run(self) -> None:
+        """Run the job, timed."""
+        t0 = perf_counter()
+        self.job.run()
+        self.latency.observe((perf_counter() - t0) / self.n)
+
+    async def run_async(self) -> None:
+        """Run the ``async def`` job, timed."""
+        t0 = perf_counter()
+        await self.job.run_async()
+        self.latency.observe((perf_counter() - t0) / self.n)
