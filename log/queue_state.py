@@ -18,8 +18,18 @@ Send and a duplicate Send counts once:
   shorter ``dedup_window_ms`` (class :data:`DEDUP`). Early acks survive a Purge.
 
 **Delivery counts.** A DeliveryFailed record (event kind :data:`FAIL`) of a queued id adds
-one to that entry's ``delivery_count``; a failure of an id that is not queued is ignored. A
-terminal one (``terminal``: its handler called ``term``) dead-letters the id at once.
+one to that entry's ``delivery_count``; a failure of an id that was acked, purged or
+dead-lettered is ignored. A terminal one (``terminal``: its handler called ``term``)
+dead-letters the id at once.
+
+**Early failures.** A failure can reach txlog before its Send, as an ack can: the recipient's
+handler failed a direct delivery before the sender appended the Send, which it does after
+the receipt. A failure of an id the peer does not know is remembered for ``ack_ttl_ms``
+(class :data:`EARLY`) as an *early failure* entry (not queued, ``delivery_count`` failures so
+far, the last one's offset, reason and whether any was terminal). It does not block the
+Send: when the Send comes, it is queued with those failures counted, or dead-lettered at
+once if they reach the limit or one was terminal. An Ack of the id replaces the early
+failure with an early ack.
 The count is derived from the log only, so a re-run batch counts the same. When it reaches
 ``Ttl.delivery_limit`` the message leaves the queue and a :class:`Letter` (count, last
 reason, the Send's offset) is produced for ``deadletter``; the id is then remembered like an
@@ -168,10 +178,20 @@ class Entry:
     offset: int = -1
     until: int = 0
     delivery_count: int = 0
+    #: an early failure's: one of its failures was terminal, and the last one's reason
+    terminal: bool = False
+    reason: str = ""
+
+    @property
+    def failed_early(self) -> bool:
+        """An early failure: failures of an id whose Send has not been seen (not expired
+        is the caller's check: ``until`` against the clock)."""
+        return not self.queued and self.delivery_count > 0
 
     def blocks_send(self, clock: int) -> bool:
-        """Whether a Send of this id is ignored at ``clock`` (queued, or still remembered)."""
-        return self.queued or self.until > clock
+        """Whether a Send of this id is ignored at ``clock`` (queued, or still remembered as
+        acked, purged or dead-lettered; an early failure waits for its Send)."""
+        return self.queued or (self.until > clock and not self.failed_early)
 
 
 @dataclass(frozen=True)
@@ -236,32 +256,45 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
     touched: set[str] = set()
     letters: dict[str, list[Letter]] = {}
 
-    def remember(mid: str, cls: int) -> None:
+    def remember(mid: str, cls: int, early_failure: Entry | None = None) -> None:
         until = clock + ttl.of(cls)
         cur = overlay.get(mid)
-        if cur is not None and not cur.queued and cur.until >= until:
+        if cur is not None and not cur.queued and cur.until >= until and \
+                not cur.failed_early and early_failure is None:
             return  # already remembered for longer
         if until <= clock:  # a zero lifetime: forget at once
             overlay[mid] = None
             return
-        overlay[mid] = Entry(False, until=until)
+        overlay[mid] = (Entry(False, until=until) if early_failure is None
+                        else replace(early_failure, until=until))
         pending[cls].append((mid, until))
+
+    def live(entry: Entry | None) -> Entry | None:
+        """``entry`` unless it is a memory that has expired at the clock."""
+        return None if entry is None or (not entry.queued and entry.until <= clock) else entry
 
     for ev in events:
         if ev.timestamp_ms > clock:
             clock = ev.timestamp_ms
         mid = ev.message_id
         if ev.kind == SEND:
-            cur = overlay.get(mid)
+            cur = live(overlay.get(mid))
             if cur is not None and cur.blocks_send(clock):
                 continue
-            count = (ev.record or {}).get("delivery_count", 0) or 0
-            overlay[mid] = Entry(True, offset=ev.offset, delivery_count=int(count))
+            count = int((ev.record or {}).get("delivery_count", 0) or 0)
+            touched.add(mid)
+            if cur is not None and cur.failed_early:  # its failures came first
+                count += cur.delivery_count
+                if count >= ttl.delivery_limit or cur.terminal:
+                    letters.setdefault(mid, []).append(Letter(mid, ev.offset, count, cur.reason,
+                                                              cur.offset, ev))
+                    remember(mid, EARLY)
+                    continue
+            overlay[mid] = Entry(True, offset=ev.offset, delivery_count=count)
             queued_by[mid] = ev
             queued += 1
-            touched.add(mid)
         elif ev.kind == ACK:
-            cur = overlay.get(mid)
+            cur = live(overlay.get(mid))
             touched.add(mid)
             if cur is not None and cur.queued:
                 queued -= 1
@@ -269,16 +302,23 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
             else:
                 remember(mid, EARLY)
         elif ev.kind == FAIL:
-            cur = overlay.get(mid)
-            if cur is None or not cur.queued:
-                continue  # not queued (acked, purged, dead-lettered, unknown): ignored
+            cur = live(overlay.get(mid))
+            rec = ev.record or {}
+            reason, terminal = str(rec.get("reason", "")), bool(rec.get("terminal"))
+            if cur is None or cur.failed_early:  # before its Send: remembered for it
+                touched.add(mid)
+                prior = cur or Entry(False)
+                remember(mid, EARLY, Entry(False, ev.offset, 0, prior.delivery_count + 1,
+                                           prior.terminal or terminal, reason))
+                continue
+            if not cur.queued:
+                continue  # acked, purged or dead-lettered: ignored
             touched.add(mid)
             count = cur.delivery_count + 1
-            if count < ttl.delivery_limit and not (ev.record or {}).get("terminal"):
+            if count < ttl.delivery_limit and not terminal:
                 overlay[mid] = replace(cur, delivery_count=count)
                 continue
             send = queued_by.pop(mid, None)
-            reason = str((ev.record or {}).get("reason", ""))
             letters.setdefault(mid, []).append(Letter(mid, cur.offset, count, reason,
                                                       ev.offset, send))
             queued -= 1

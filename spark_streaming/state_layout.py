@@ -7,7 +7,10 @@ byte of a key says what the row is:
 key                                    value
 ====================================== ================================================
 ``e`` peer NUL message_id (UTF-8)      an :class:`Entry`: queued, offset, until,
-                                       delivery_count, packed big-endian (21 bytes)
+                                       delivery_count, packed big-endian (21 bytes);
+                                       an early failure adds its terminal flag (1 byte)
+                                       and its last reason (UTF-8, at most
+                                       :data:`REASON_BYTES`)
 ``m`` peer                             a :class:`PeerMeta`: clock, queued, then head,
                                        tail and head_until of each expiry FIFO (64 bytes)
 ``x`` peer NUL fifo seq (1 + 8 bytes)  a :class:`Chunk`: until (8 bytes), ids (JSON)
@@ -41,6 +44,8 @@ __all__ = ["STATE_NAME", "KEY_SCHEMA", "VALUE_SCHEMA", "StateMaps", "MemoryMaps"
 STATE_NAME, KEY_SCHEMA, VALUE_SCHEMA = "queue_state", "key binary", "value binary"
 _ENTRY, _META, _CHUNK_VALUE = struct.Struct(">?qqi"), struct.Struct(">8q"), struct.Struct(">q")
 _CHUNK_KEY = struct.Struct(">BQ")
+#: An early failure's reason is kept in the state up to this many bytes.
+REASON_BYTES = 1000
 
 
 def entry_key(peer: str, message_id: str) -> bytes:
@@ -68,12 +73,23 @@ def chunk_key(peer: str, fifo: int, seq: int) -> bytes:
 
 def entry_value(entry: Entry) -> bytes:
     """An :class:`Entry` as a value."""
-    return _ENTRY.pack(entry.queued, entry.offset, entry.until, entry.delivery_count)
+    fixed = _ENTRY.pack(entry.queued, entry.offset, entry.until, entry.delivery_count)
+    if not entry.failed_early:
+        return fixed
+    reason = entry.reason.encode("utf-8")[:REASON_BYTES].decode("utf-8", "ignore")
+    return fixed + (b"\x01" if entry.terminal else b"\x00") + reason.encode("utf-8")
 
 
 def entry_of(value: bytes | None) -> Entry | None:
-    """The inverse of :func:`entry_value` (``None`` stays ``None``)."""
-    return None if value is None else Entry(*_ENTRY.unpack(value))
+    """The inverse of :func:`entry_value` (``None`` stays ``None``; an entry stored before
+    early failures were kept reads as it was)."""
+    if value is None:
+        return None
+    if len(value) == _ENTRY.size:
+        return Entry(*_ENTRY.unpack(value))
+    queued, offset, until, count = _ENTRY.unpack_from(value)
+    return Entry(queued, offset, until, count, value[_ENTRY.size] == 1,
+                 value[_ENTRY.size + 1:].decode("utf-8"))
 
 
 def meta_value(meta: PeerMeta) -> bytes:

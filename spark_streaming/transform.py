@@ -256,7 +256,7 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
                 if sends is None:
                     sends = {int(o): bytes(v) for o, v in zip(rows["offset"], rows["value"],
                                                               strict=True) if v is not None}
-                part = where[(peer, letter.fail_offset)]  # a peer's records share a partition
+                part = where.get((peer, letter.fail_offset), last_part)  # one partition a peer
                 out.append((LETTER, qkey, sends.get(letter.send_offset)
                             if letter.send is not None else None, part, letter.send_offset,
                             letter.reason, letter.delivery_count))

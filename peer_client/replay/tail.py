@@ -12,10 +12,12 @@ as the queues job would have: acked ids are not delivered, dead-lettered ones ne
 purge removes every Send logged before it, and a delivery count includes the failures of the
 tail. Pure: the reading is :func:`tidemark.peer_client.replay.replayer.read_tail`.
 
-An Ack can precede its Send in txlog (the recipient handled a direct delivery and acked it
-before the sender appended the Send, which it does after the receipt). So the acks of a
-*look-back* stretch before the barrier count too (``fold(..., acks_only=True)``): without
-them a Send just past the barrier whose ack is just before it would be delivered again.
+An Ack or a DeliveryFailed can precede its Send in txlog (the recipient handled a direct
+delivery and acked or failed it before the sender appended the Send, which it does after
+the receipt). So the acks and failures of a *look-back* stretch before the barrier count
+too (``fold(..., acks_only=True)``), for the Sends past the barrier: without them a Send
+just past the barrier whose ack is just before it would be delivered again. A failure
+before the barrier of a Send before it is already in the entry's delivery count.
 """
 
 from __future__ import annotations
@@ -47,17 +49,18 @@ class Tail:
     def fold(self, name: str, record: Mapping[str, Any], offset: int,
              acks_only: bool = False) -> None:
         """One of the peer's records at txlog ``offset`` (other kinds are ignored);
-        ``acks_only``: a record of the look-back stretch before the tail."""
+        ``acks_only``: a record of the look-back stretch before the tail (its acks and
+        failures count, a purge does not)."""
         if name == "AckBatch":
             self.acked.update(record["message_ids"])
         elif name == "Ack":
             self.acked.add(record["message_id"])
-        elif acks_only:
-            return
         elif name == "DeliveryFailed":
             self.failures.setdefault(record["message_id"], []).append(offset)
             if record.get("terminal"):
                 self.terminated[record["message_id"]] = offset  # the last one
+        elif acks_only:
+            return
         elif name == "Purge":
             self.purged_below = max(self.purged_below, offset)
         else:
@@ -72,17 +75,19 @@ class Tail:
         their delivery counts raised by the tail's failures."""
         if not self:
             return list(envs)
-        acked, failures, purged = self.acked, self.failures, self.purged_below
+        acked, failures, purged, start = self.acked, self.failures, self.purged_below, self.start
         out: list[Envelope] = []
         for env in envs:
             mid = env.message_id
             if mid in acked or 0 <= env.txlog_offset < purged:
                 continue
             offsets = failures.get(mid)
-            if offsets:  # a failure counts once its Send is queued (as the job counts)
-                failed = sum(1 for o in offsets if o > env.txlog_offset)
+            if offsets:  # unless the job counted it already: both before the barrier
+                past = env.txlog_offset >= start
+                failed = sum(1 for o in offsets if past or o >= start)
+                term = self.terminated.get(mid, -1)
                 if env.delivery_count + failed >= delivery_limit or \
-                        self.terminated.get(mid, -1) > env.txlog_offset:
+                        (term >= 0 and (past or term >= start)):
                     continue  # the queues job dead-letters it once it reads the tail
                 env.delivery_count += failed
             out.append(env)

@@ -2,7 +2,7 @@
 (``peer_client.replay.tail``), delivers what a replay of the whole log would: checked against a
 model of the queues job (Sends queued, Acks and dead letters remove, DeliveryFailed
 counts, a terminal one dead-letters at once, a Purge clears; an Ack before its Send keeps the
-Send out)."""
+Send out, and failures before it count when it comes)."""
 
 from __future__ import annotations
 
@@ -23,18 +23,27 @@ def model(records: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
     """The queue after ``records``: message id -> (delivery count, offset of its Send)."""
     q: dict[str, list[int]] = {}
     gone: set[str] = set()
+    early: dict[str, tuple[int, bool]] = {}  # failures before the Send: (count, terminal)
     for off, (kind, n) in enumerate(records):
         mid = f"m{n}"
         if kind == "send":
             if mid not in q and mid not in gone:
-                q[mid] = [0, off]
+                count, terminal = early.pop(mid, (0, False))
+                if count >= LIMIT or terminal:
+                    gone.add(mid)
+                else:
+                    q[mid] = [count, off]
         elif kind in ("fail", "term"):  # a term: a terminal failure, dead-letters at once
             if mid in q:
                 q[mid][0] += 1
                 if q[mid][0] >= LIMIT or kind == "term":
                     del q[mid]
                     gone.add(mid)
+            elif mid not in gone:
+                count, terminal = early.get(mid, (0, False))
+                early[mid] = (count + 1, terminal or kind == "term")
         elif kind == "ack":
+            early.pop(mid, None)
             q.pop(mid, None)
             gone.add(mid)
         else:
@@ -56,10 +65,11 @@ def test_covered_replay_plus_tail_equals_the_whole_queue(records: list[tuple[str
     assume(len(sends) == len(set(sends)))
     barrier = data.draw(st.integers(0, len(records)), label="barrier")
     lookback = data.draw(st.integers(0, barrier), label="lookback")
-    # an Ack before its Send is within the look-back, as the reader ensures by time
+    # an Ack or a failure before its Send is within the look-back, as the reader ensures
+    # by time
     send_at = {n: off for off, (kind, n) in enumerate(records) if kind == "send"}
     for off, (kind, n) in enumerate(records):
-        if kind == "ack" and n in send_at and off < send_at[n] and send_at[n] >= barrier:
+        if kind in ("ack", "fail", "term") and n in send_at and off < send_at[n] and send_at[n] >= barrier:
             assume(off >= barrier - lookback)
     tail = Tail(barrier, len(records))
     for off in range(barrier - lookback, len(records)):

@@ -13,7 +13,10 @@ between some batches as a job restarted from its checkpoint would be. After ever
 * memories do expire and leave the state: nothing outlives its window for long;
 * delivery counts: every DeliveryFailed of a queued id adds one to its count, on the entry and
   on every upsert; at the limit the id leaves the queue as exactly one dead letter (count, last
-  reason, Send offset) and is remembered like an early ack, so a duplicate Send stays out.
+  reason, Send offset) and is remembered like an early ack, so a duplicate Send stays out;
+* early failures: the failures of an id not known yet (logged before its Send) are
+  remembered like an early ack and counted when the Send comes (dead-lettered then, at the
+  limit or after a terminal one); an Ack of the id forgets them.
 """
 
 from __future__ import annotations
@@ -51,18 +54,37 @@ class DictModel:
         self.letters: list[tuple[str, int, int, str]] = []  # (id, Send offset, count, reason)
         self.clock = 0
         self.dropped: list[tuple[str, int]] = []  # (message id, remembered until)
+        #: failures before the Send: id -> (count, any terminal, last reason, until)
+        self.early: dict[str, tuple[int, bool, str, int]] = {}
 
     def _cancelled(self, mid: str) -> bool:
         return any(m == mid and until > self.clock for m, until in self.dropped)
 
+    def _early(self, mid: str) -> tuple[int, bool, str, int] | None:
+        got = self.early.get(mid)
+        return got if got is not None and got[3] > self.clock else None
+
     def apply(self, ev: Event) -> None:
         self.clock = max(self.clock, ev.timestamp_ms)
+        mid = ev.message_id
         if ev.kind == SEND:
-            if ev.message_id not in self.queue and not self._cancelled(ev.message_id):
-                self.queue[ev.message_id] = ev.offset
-                self.counts[ev.message_id] = 0
+            if mid not in self.queue and not self._cancelled(mid):
+                early = self._early(mid)
+                self.early.pop(mid, None)
+                count, terminal, reason, _ = early or (0, False, "", 0)
+                if count >= self.limit or terminal:
+                    self.letters.append((mid, ev.offset, count, reason))
+                    self.dropped.append((mid, self.clock + self.ack_ttl_ms))
+                    return
+                self.queue[mid] = ev.offset
+                self.counts[mid] = count
         elif ev.kind == FAIL:
-            if ev.message_id in self.queue:
+            rec = ev.record or {}
+            if mid not in self.queue and not self._cancelled(mid):
+                count, terminal, _, _ = self._early(mid) or (0, False, "", 0)
+                self.early[mid] = (count + 1, terminal or bool(rec.get("terminal")),
+                                   rec["reason"], self.clock + self.ack_ttl_ms)
+            elif ev.message_id in self.queue:
                 self.counts[ev.message_id] += 1
                 if self.counts[ev.message_id] >= self.limit or (ev.record or {}).get("terminal"):
                     reason = (ev.record or {})["reason"]
@@ -70,6 +92,7 @@ class DictModel:
                                          self.counts[ev.message_id], reason))
                     self.dropped.append((ev.message_id, self.clock + self.ack_ttl_ms))
         elif ev.kind == ACK:
+            self.early.pop(mid, None)
             early = ev.message_id not in self.queue
             self.queue.pop(ev.message_id, None)
             keep = self.ack_ttl_ms if early else self.dedup_ms
@@ -83,6 +106,9 @@ class DictModel:
         out: dict[str, int] = {}
         for mid, until in self.dropped:
             if until > self.clock and mid not in self.queue:
+                out[mid] = max(out.get(mid, 0), until)
+        for mid, (_, _, _, until) in self.early.items():
+            if until > self.clock:
                 out[mid] = max(out.get(mid, 0), until)
         return out
 
@@ -250,7 +276,8 @@ def test_meta_and_keys() -> None:
 
 def test_failures_count_exactly_then_dead_letter_and_block_duplicates() -> None:
     """Counts on upserts, one letter at the limit with the last reason, a failure of an id that
-    is not queued is ignored, and a duplicate Send of the dead id is not queued again."""
+    is not known yet waits for its Send, and a duplicate Send of the dead id is not queued
+    again."""
     ttl = Ttl(1000, 100, 3)
     maps = MemoryMaps()
 
@@ -299,3 +326,36 @@ def test_the_in_memory_fold_matches_the_dict_model(case: Case) -> None:
             ((m, o, model.counts[m]) for m, o in model.queue.items()), key=lambda t: t[1])
         assert sorted((let.message_id, let.send_offset, let.delivery_count, let.reason)
                       for let in fold.letters(peer)) == sorted(model.letters)
+
+
+def test_failures_before_their_send_count_when_it_comes() -> None:
+    """A direct delivery's failures can reach txlog before its Send: remembered, then counted
+    on the Send (dead-lettered at once after a terminal one or at the limit); an Ack of the
+    id forgets them; the state layout keeps them across batches."""
+    ttl = Ttl(1000, 100, 3)
+    maps = MemoryMaps()
+
+    def fail(off: int, mid: str, why: str, terminal: bool = False) -> tuple[str, Event]:
+        return ("p", Event(FAIL, off, 20 + off, mid, {"reason": why, "terminal": terminal}))
+
+    def send(off: int, mid: str) -> tuple[str, Event]:
+        return ("p", Event(SEND, off, 20 + off, mid, {}))
+
+    assert _batch(maps, [fail(0, "a", "early-1"), fail(1, "t", "stop", True),
+                         fail(2, "k", "acked")], ttl) == {"p": []}
+    early = maps.entries()[("p", "t")]
+    assert early.failed_early and early.terminal and early.reason == "stop"
+    assert not early.blocks_send(21)
+    got = _batch(maps, [send(3, "a"), send(4, "t"), ("p", Event(ACK, 5, 25, "k")),
+                        send(6, "k")], ttl)["p"]
+    by_id = {c.message_id: c for c in got}
+    assert by_id["a"].upsert and by_id["a"].delivery_count == 1
+    (letter,) = by_id["t"].letters
+    assert not by_id["t"].upsert and (letter.send_offset, letter.delivery_count,
+                                      letter.reason, letter.fail_offset) == (4, 1, "stop", 1)
+    assert "k" not in by_id  # acked before its Send: the failure is forgotten, the Send dropped
+    more = _batch(maps, [fail(7, "b", "x"), fail(8, "b", "y"), fail(9, "b", "z")], ttl)
+    assert more == {"p": []}
+    (dead,) = _batch(maps, [send(10, "b")], ttl)["p"]
+    assert [(x.delivery_count, x.reason) for x in dead.letters] == [(3, "z")]
+    assert maps.metas()["p"].queued == 1  # only "a"
