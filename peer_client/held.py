@@ -18,7 +18,10 @@ after the replay (the peer is normal, the follower reads on), and are dispatched
 after the last refused copy, when it goes by (:attr:`HeldBack.opened`); otherwise a refused
 message, read by the follower after the handover, would be handled after a later message of
 its sender delivered directly. A gate whose copies never come (the sender died before its
-append) opens after a wait (:meth:`HeldBack.expire`).
+append) opens after a wait (:meth:`HeldBack.expire`). A *floor* gate (a direct batch whose
+sender's earlier messages took the log, :meth:`HeldBack.gate_floor`) never times out: Kafka
+confirmed those copies, so they do come, and opening it early on a slow follower would hand
+the sender's later messages over before them.
 
 Not thread-safe on its own: the :class:`~tidemark.peer_client.inbox.Inbox` calls it under its lock.
 """
@@ -156,9 +159,13 @@ class HeldBack:
         return True
 
     def expire(self, now: float, wait_s: float) -> list[str]:
-        """Open the gates closed before ``now - wait_s`` (their refused copies never came);
-        returns those senders (also appended to :attr:`opened`)."""
-        old = [s for s, t in self._gate_since.items() if now - t >= wait_s]
+        """Open the gates closed before ``now - wait_s`` (their refused copies never came),
+        but not a sender's while it waits for a floor (its copies are in txlog); returns
+        those senders (also appended to :attr:`opened`)."""
+        floored = {gate_id[1:gate_id.rindex("@")] for _, gate_id in self.floors
+                   if gate_id in self._refused}
+        old = [s for s, t in self._gate_since.items()
+               if now - t >= wait_s and s not in floored]
         if old:
             gone = set(old)
             for i in [i for i, (s, _) in self._refused.items() if s in gone]:

@@ -605,6 +605,12 @@ class Inbox:
             self.stats["waited_for_log"] += 1
             return True
 
+    def next_floor(self) -> int:
+        """The lowest txlog offset a direct batch waits for the follower to pass (-1: none)."""
+        with self._lock:
+            floors = self.held.floors
+            return floors[0][0] if floors else -1
+
     def log_position(self, position: int) -> None:
         """The follower dispatched txlog below ``position``: senders waiting for it go on,
         behind what it dispatched."""

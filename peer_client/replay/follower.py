@@ -16,12 +16,30 @@ from tidemark.log.settings import Settings
 from tidemark.log.wire import RecordReader, direct_mark
 from tidemark.peer_client.context import RUNNING
 from tidemark.peer_client.core import PeerCore
+from tidemark.peer_client.inbox import Inbox
 from tidemark.peer_client.records import Envelope, peer_codec
 from tidemark.peer_client.replay.tail import Tail
 
-__all__ = ["TxlogFollower"]
+__all__ = ["TxlogFollower", "dispatch_by_floors"]
 
 log = logging.getLogger("peer_client.replay")
+
+
+def dispatch_by_floors(envs: list[Envelope], inbox: Inbox,
+                       dispatch: Callable[[list[Envelope]], None]) -> None:
+    """Dispatch the follower's ``envs`` (txlog order), opening each direct batch's floor at
+    its place: a batch that waits for the log to pass offset ``floor`` is queued right after
+    the Send at ``floor``, before the later ones of ``envs`` (which may be its sender's,
+    logged after another failed call)."""
+    while envs and inbox.held.floors:
+        floor = inbox.next_floor()
+        if floor < 0 or floor >= envs[-1].txlog_offset:
+            break
+        cut = next(i for i, e in enumerate(envs) if e.txlog_offset > floor)
+        dispatch(envs[:cut])
+        envs = envs[cut:]
+        inbox.log_position(floor + 1)
+    dispatch(envs)
 
 
 class TxlogFollower:
@@ -85,14 +103,17 @@ class TxlogFollower:
                                                off if off is not None else -1))
             if envs and catching_up and self.tail:
                 envs = self.tail.admit(envs, self.delivery_limit)
-            if envs:
-                fresh = core.deliver_replayed_batch(envs)
-                if fresh:
-                    self.forwarded += fresh
-                    self._on_forward(fresh)
+            dispatch_by_floors(envs, core.inbox, self._dispatch)
             if core.inbox.held.floors:  # direct batches waiting for the log to get here
                 core.inbox.log_position(self.position)
             return len(msgs)
+
+    def _dispatch(self, envs: list[Envelope]) -> None:
+        if envs:
+            fresh = self.core.deliver_replayed_batch(envs)
+            if fresh:
+                self.forwarded += fresh
+                self._on_forward(fresh)
 
     def catch_up(self, target: int, deadline: float | None = None) -> bool:
         """Read until the position reaches txlog offset ``target`` (True); False once

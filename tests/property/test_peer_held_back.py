@@ -215,3 +215,40 @@ def test_each_senders_order_holds_across_refusals_and_the_switch(
     for s, ms in sent.items():
         assert [m for m in handled if m.startswith(f"S{s}-")] == ms, f"S{s} out of order"
     assert not inbox.held and not inbox.held.gates
+
+
+def test_a_floor_gate_waits_for_the_follower_however_long() -> None:
+    """A refused copy that never comes opens its sender's gate after the wait; a floor (the
+    sender's earlier messages are confirmed in txlog) opens only when the follower passes
+    it: opening it on time hands the sender's later messages over first."""
+    held = HeldBack(100, 1 << 20)
+    held.gate_floor("S1", 500, now=0.0)
+    held.refuse(1, ["r1"], "S2", now=0.0)
+    assert held.expire(100.0, 30.0) == ["S2"]
+    assert held.gated("S1") and not held.gated("S2")
+    held.pass_floor(500)
+    assert held.gated("S1")
+    held.pass_floor(501)
+    assert not held.gated("S1") and "S1" in held.opened
+
+
+def test_a_direct_batch_behind_a_floor_goes_right_after_it_in_the_followers_batch() -> None:
+    """S1's direct batch waits for offset 5 (its earlier messages took the log); the
+    follower's next batch holds S1's Sends at 3 and 5 and a later one at 8 (logged after
+    another failed call): the direct message runs after 5 and before 8."""
+    from tidemark.peer_client.replay.follower import dispatch_by_floors
+
+    handled: list[str] = []
+    inbox = _inbox(handled, 100, 100, 1 << 20)
+    inbox.release(Phase.NORMAL)
+
+    def env(mid: str, replay: bool, offset: int = -1) -> Envelope:
+        return Envelope(mid, "S1", "prop.Held", _PAYLOAD[1], 0, True, "test", 0, replay, 0,
+                        offset)
+
+    assert inbox.wait_for_log("S1", 5)
+    inbox.accept(env("live", False))
+    assert handled == []  # held behind the floor
+    logged = [env("a", True, 3), env("b", True, 5), env("c", True, 8)]
+    dispatch_by_floors(logged, inbox, inbox.accept_many)
+    assert handled == ["a", "b", "live", "c"]
