@@ -51,9 +51,11 @@ ops: install jars
 	@bash scripts/system_packages.sh prometheus
 	$(PY) -m pytest -m ops -p no:cacheprovider $(PYTEST_ARGS)
 
-# scenarios on hosts of their own (root: network namespaces; installs nftables when missing)
+# scenarios on hosts of their own (root: network namespaces; installs nftables, iptables and
+# libnetfilter-queue-dev when missing, and builds NetfilterQueue for link delay without netem)
 nemesis: install jars
 	@bash scripts/system_packages.sh
+	@$(PY) -c 'import netfilterqueue' 2>/dev/null || $(PY) -m pip install -q -e '.[nemesis]'
 	$(PY) -m pytest -m nemesis -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: install jars

@@ -2,19 +2,28 @@
 # Debian packages a make target needs, installed when missing (as root, apt-get); otherwise
 # one line saying what to install, exit 1.
 #   bash scripts/system_packages.sh                 # make nemesis: iproute2 (network
-#                                                   # namespaces, veth, bridges) and nftables
-#                                                   # (partitions, packet loss)
+#                                                   # namespaces, veth, bridges), nftables
+#                                                   # (partitions, packet loss), iptables
+#                                                   # and libnetfilter-queue-dev (link delay
+#                                                   # without netem: the NFQUEUE delayer)
 #   bash scripts/system_packages.sh prometheus      # make test: promtool (the alert rules'
 #                                                   # tests) and prometheus (local up --prometheus)
-# A package counts as present when every command named below for it is on PATH.
+# A package counts as present when every command named below for it is on PATH (or, for a
+# path, when that file exists).
 set -euo pipefail
-declare -A commands_of=([iproute2]=ip [nftables]=nft [prometheus]="promtool prometheus")
+declare -A commands_of=([iproute2]=ip [nftables]=nft [prometheus]="promtool prometheus"
+    [iptables]=iptables
+    [libnetfilter-queue-dev]=/usr/include/libnetfilter_queue/libnetfilter_queue.h)
 wanted=("$@")
-[ ${#wanted[@]} -eq 0 ] && wanted=(iproute2 nftables)
+[ ${#wanted[@]} -eq 0 ] && wanted=(iproute2 nftables iptables libnetfilter-queue-dev)
 need=()
 for pkg in "${wanted[@]}"; do
     for cmd in ${commands_of[$pkg]:-$pkg}; do
-        command -v "$cmd" >/dev/null || { need+=("$pkg"); break; }
+        if [[ $cmd == /* ]]; then
+            [ -e "$cmd" ] || { need+=("$pkg"); break; }
+        else
+            command -v "$cmd" >/dev/null || { need+=("$pkg"); break; }
+        fi
     done
 done
 [ ${#need[@]} -eq 0 ] && exit 0

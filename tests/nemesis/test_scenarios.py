@@ -17,8 +17,10 @@ released a Send before its Ack lay below its GC point, and after healing the pai
   is up: what the sender could not deliver directly reaches the recipient through txlog;
 - **one broker isolated** (chosen by the seed): leaders move, producers and consumers fail
   over;
-- **1% loss on every link** for a minute (nftables drops packets at random; link delay needs
-  the kernel's netem, which the machines this runs on lack);
+- **1% loss on every link** for a minute (nftables drops packets at random);
+- **50 ms ± 20 ms delay, 1% loss on every link** for a minute: netem's ``delay 50ms 20ms
+  loss 1%`` on every host's outgoing packets (netem when the kernel has it, else the
+  nemesis's user-space delayer over NFQUEUE);
 - **a replica's clock 5 min ahead**, and **5 min behind**: the
   node (chosen by the seed) is SIGKILLed and restarted with its clock moved
   (``TIDEMARK_CLOCK_SKEW_MS``), runs skewed under
@@ -185,6 +187,16 @@ def _loss_everywhere(ctx: "Scenario") -> dict[str, object]:
     return {"loss_percent": 1.0, "hosts": len(ctx.hosts.hosts)}
 
 
+def _delay_everywhere(ctx: "Scenario") -> dict[str, object]:
+    """netem's ``delay 50ms 20ms loss 1%`` on every host's link: each packet leaving a host
+    is delayed 30-70 ms, and 1 % of them are dropped."""
+    for host in sorted(ctx.hosts.hosts):
+        ctx.nemesis.delay(host, 50, 20)
+        ctx.nemesis.loss(host, 1.0, both_ways=False)
+    return {"delay_ms": 50, "jitter_ms": 20, "loss_percent": 1.0,
+            "hosts": len(ctx.hosts.hosts)}
+
+
 class Scenario:
     """What a fault function may touch: the stack, its hosts, the nemesis, the replica nodes
     and the peers' hosts. A fault that the nemesis cannot heal (a process restarted with a
@@ -226,13 +238,15 @@ SCENARIOS: dict[str, Callable[[Scenario], dict[str, object]]] = {
     "sender and recipient split": _split_peers,
     "one broker isolated": _isolate_broker,
     "1% loss on every link": _loss_everywhere,
+    "50 ms ± 20 ms delay, 1% loss on every link": _delay_everywhere,
     "a replica's clock 5 min ahead": lambda ctx: _skew_replica(ctx, SKEW_S),
     "a replica's clock 5 min behind": lambda ctx: _skew_replica(ctx, -SKEW_S),
 }
 #: How far the skewed node's wall clock is moved (seconds).
 SKEW_S = 300.0
 #: How long a scenario's fault lasts, in seconds (a window of time under traffic).
-FAULT_S = {"1% loss on every link": 60.0, "replica isolated for 75 s": 75.0, "a replica's clock 5 min ahead": 20.0,
+FAULT_S = {"1% loss on every link": 60.0, "50 ms ± 20 ms delay, 1% loss on every link": 60.0,
+            "replica isolated for 75 s": 75.0, "a replica's clock 5 min ahead": 20.0,
            "a replica's clock 5 min behind": 20.0}
 
 

@@ -12,13 +12,17 @@ logged with its time, and healed together.
   are left alone);
 - :meth:`Nemesis.heal` removes every rule.
 
-Link delay needs the kernel's netem queueing discipline; a kernel without it (as in some
-sandboxes) makes :meth:`Nemesis.delay` raise :class:`FaultUnavailable` naming what is missing.
+- :meth:`Nemesis.delay` delays a host's outgoing packets: with the kernel's netem queueing
+  discipline when it has one, else in user space (:mod:`tidemark.nemesis.delayer`: an
+  iptables NFQUEUE rule in the host and a small process that accepts each packet after its
+  delay); with neither it raises :class:`FaultUnavailable` naming what is missing.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -48,6 +52,8 @@ class Nemesis:
         self.events: list[dict[str, Any]] = []
         self._record, self._clock = record, clock
         self._touched: set[str] = set()
+        #: user-space delayers by host: (the process, its iptables rule)
+        self._delayers: dict[str, tuple[subprocess.Popen[str], str]] = {}
 
     def _log(self, kind: str, **detail: Any) -> dict[str, Any]:
         event = {"t_ms": int(self._clock() * 1000), "kind": kind, "seed": self.seed, **detail}
@@ -97,23 +103,56 @@ class Nemesis:
         _, others = self._cut([host], [h for h in self.hosts.hosts if h != host], False)
         self._log("isolate", host=host, others=others)
 
-    def loss(self, host: str, percent: float) -> None:
-        """Drop ``percent`` % of ``host``'s packets on its link, both ways, at random."""
+    def loss(self, host: str, percent: float, both_ways: bool = True) -> None:
+        """Drop ``percent`` % of ``host``'s packets on its link at random: both ways, or
+        (``both_ways=False``) only those it sends, as netem's ``loss`` on its egress."""
         if not 0 < percent < 100:
             raise ValueError(f"loss must be between 0 and 100 %, got {percent}")
         per_10k = int(percent * 100)
-        self._rules(host, f'input iifname "eth0" numgen random mod 10000 < {per_10k} drop',
-                    f'output oifname "eth0" numgen random mod 10000 < {per_10k} drop')
-        self._log("loss", host=host, percent=percent)
+        rules = [f'output oifname "eth0" numgen random mod 10000 < {per_10k} drop']
+        if both_ways:
+            rules.insert(0, f'input iifname "eth0" numgen random mod 10000 < {per_10k} drop')
+        self._rules(host, *rules)
+        self._log("loss", host=host, percent=percent, both_ways=both_ways)
 
     def delay(self, host: str, ms: int, jitter_ms: int = 0) -> None:
-        """Delay ``host``'s outgoing packets (netem)."""
+        """Delay ``host``'s outgoing packets by ``ms`` ± ``jitter_ms`` (netem, or the
+        user-space delayer when the kernel has no netem)."""
+        netns = self.hosts[host].netns
         try:
             run_ip("tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", f"{ms}ms",
-                   f"{jitter_ms}ms", netns=self.hosts[host].netns)
+                   f"{jitter_ms}ms", netns=netns)
+            self._log("delay", host=host, ms=ms, jitter_ms=jitter_ms, by="netem")
+            return
         except HostsError as exc:
-            raise FaultUnavailable(f"link delay needs the kernel's netem qdisc ({exc})") from None
-        self._log("delay", host=host, ms=ms, jitter_ms=jitter_ms)
+            netem = str(exc)
+        # imported here: ``python -m tidemark.nemesis.delayer`` runs it as a program
+        from tidemark.nemesis.delayer import RULE, available
+        missing = available()
+        if missing is not None:
+            raise FaultUnavailable(f"link delay needs the kernel's netem qdisc ({netem}) or"
+                                   f" the user-space delayer: {missing}") from None
+        queue = len(self._delayers)
+        rule = RULE.format(queue=queue)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-m", "tidemark.nemesis.delayer",
+             "--queue", str(queue), "--ms", str(ms), "--jitter-ms", str(jitter_ms),
+             "--seed", str(self.rng.randrange(1 << 30))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = proc.stdout.readline().strip() if proc.stdout else ""
+        if ready != "ready":
+            proc.kill()
+            err = proc.stderr.read().strip().splitlines() if proc.stderr else []
+            raise FaultUnavailable(f"the user-space delayer did not start in {host}:"
+                                   f" {err[-1] if err else 'no output'}")
+        try:
+            run_ip("iptables", "-t", "mangle", "-A", *rule.split(), netns=netns)
+        except HostsError as exc:
+            proc.terminate()
+            raise FaultUnavailable(f"link delay without netem needs iptables' NFQUEUE target"
+                                   f" ({exc})") from None
+        self._delayers[host] = (proc, rule)
+        self._log("delay", host=host, ms=ms, jitter_ms=jitter_ms, by="nfqueue")
 
     def skew_env(self, seconds: float) -> dict[str, str]:
         """Environment variables that start a Tidemark process with its wall clock
@@ -133,5 +172,14 @@ class Nemesis:
                    check=False)
         for h in self.hosts.hosts.values():
             run_ip("tc", "qdisc", "del", "dev", "eth0", "root", netns=h.netns, check=False)
+        for host, (proc, rule) in sorted(self._delayers.items()):
+            run_ip("iptables", "-t", "mangle", "-D", *rule.split(),
+                   netns=self.hosts[host].netns, check=False)
+            proc.terminate()  # it accepts what it still holds
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._delayers.clear()
         self._touched.clear()
         self._log("heal")
