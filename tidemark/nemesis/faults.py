@@ -119,6 +119,8 @@ class Nemesis:
         """Delay ``host``'s outgoing packets by ``ms`` ± ``jitter_ms`` (netem, or the
         user-space delayer when the kernel has no netem)."""
         netns = self.hosts[host].netns
+        if host in self._delayers:
+            raise ValueError(f"{host} is delayed already: heal first")
         try:
             run_ip("tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay", f"{ms}ms",
                    f"{jitter_ms}ms", netns=netns)
