@@ -162,8 +162,8 @@ class HeldBack:
         """Open the gates closed before ``now - wait_s`` (their refused copies never came),
         but not a sender's while it waits for a floor (its copies are in txlog); returns
         those senders (also appended to :attr:`opened`)."""
-        floored = {gate_id[1:gate_id.rindex("@")] for _, gate_id in self.floors
-                   if gate_id in self._refused}
+        refused = self._refused
+        floored = {refused[g][0] for _, g in self.floors if g in refused}
         old = [s for s, t in self._gate_since.items()
                if now - t >= wait_s and s not in floored]
         if old:
