@@ -14,7 +14,7 @@ executor thread (or raises in fail mode).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tidemark.log.settings import Settings
@@ -126,6 +126,17 @@ class AsyncPeer:
                 raise
         return await asyncio.get_running_loop().run_in_executor(
             None, self._core.post, to, message, durability, None)
+
+    async def post_many(self, to: str, messages: Iterable[Any],
+                        durability: str = "log") -> list[str]:
+        """Fire and forget a list (see :meth:`Peer.post_many`). In the blocking flight mode
+        it runs off the event loop (waiting for room must not stop the loop, and a list
+        half-sent when the window filled cannot be retried whole)."""
+        batch = list(messages)
+        if self._core.flight.mode == RAISE:
+            return self._core.post_many(to, batch, durability, 0.0)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._core.post_many, to, batch, durability, None)
 
     async def publish(self, message: Any, durability: str = "log",
                       timeout: float | None = None) -> str:

@@ -110,6 +110,7 @@ class PeerCore:
                              stats=self.stats, latencies=self.latencies)
         self.send = self.sender.send
         self.post = self.sender.post
+        self.post_many = self.sender.post_many
         self.publish = self.sender.publish
         self.check_posted = self.sender.check_posted
         self._last_heartbeat = 0

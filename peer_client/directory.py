@@ -71,6 +71,10 @@ class DirectoryCache:
         self.dead_after_ms = dead_after_ms
         self._entries: dict[str, PeerEntry] = {}
         self._foreign: dict[str, str] = {}
+        #: :meth:`get` without a Python frame (the send path's lookup)
+        self.entries_get = self._entries.get
+        #: ids registered in another environment only (a container: ``id in foreign_ids``)
+        self.foreign_ids: Mapping[str, str] = self._foreign
         self._believed_alive: set[str] = set()
 
     def apply(self, key: str, record: Mapping[str, Any] | None) -> Outcome:

@@ -47,6 +47,16 @@ class KafkaLog:
                 except BufferError:
                     continue
 
+    def append_many(self, key: str, values: list[bytes],
+                    on_delivery: KafkaCallback | None = None) -> None:
+        """Append ``values`` in order under ``key``: one loop over the producer."""
+        produce, topic, callback = self._raw.produce, self._txlog, on_delivery or self._default
+        for value in values:
+            try:
+                produce(topic, value, key, -1, callback)
+            except BufferError:
+                self.append(key, value, callback)  # serves callbacks until there is room
+
     def publish(self, peer_id: str, descriptor: dict[str, Any],
                 on_delivery: KafkaCallback | None = None) -> None:
         """Append a PeerDescriptor to the directory topic."""

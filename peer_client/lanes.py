@@ -7,7 +7,7 @@ direct batch and the txlog appends of one recipient stay in send order).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Generic, TypeVar
 
 __all__ = ["KeyedLanes"]
@@ -20,6 +20,9 @@ class KeyedLanes(Generic[T]):
 
     def __init__(self) -> None:
         self._queues: dict[Hashable, deque[T]] = {}
+        #: the busy keys, as a container (``key in busy_keys`` is :meth:`busy` without a
+        #: Python frame)
+        self.busy_keys: Mapping[Hashable, object] = self._queues
         self.pending = 0
 
     def push(self, key: Hashable, item: T) -> bool:

@@ -95,6 +95,11 @@ class MemoryLog:
         """Append to the bus's txlog; ``on_delivery`` fires at once."""
         self.bus.append_record(key, value, on_delivery)
 
+    def append_many(self, key: str, values: list[bytes], on_delivery: Any = None) -> None:
+        """Append each of ``values`` in order."""
+        for value in values:
+            self.bus.append_record(key, value, on_delivery)
+
     def flush(self, timeout: float) -> None:
         """Nothing is pending."""
 

@@ -93,6 +93,14 @@ class Outbox:
             self.log.serve()
             self.served += 1
 
+    def append_many(self, to: str, values: list[bytes], callback: Any) -> None:
+        """:meth:`append_now` for a list to one recipient (``post_many``)."""
+        self.log.append_many(to, values, callback)
+        before, self.logged = self.logged, self.logged + len(values)
+        if before >> 9 != self.logged >> 9:
+            self.log.serve()
+            self.served += 1
+
     def put_logged(self, to: str, item: OutItem) -> None:
         """A persistent message for a peer that is not up: append it now, unless earlier
         messages for ``to`` are still queued (then behind them, to keep send order). The

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from tidemark.gossip.record_signing import sealer_of
@@ -316,6 +316,17 @@ class Peer:
         mid = self._core.post(to, message, durability, 0.0)
         self._wiring.settle()
         return mid
+
+    def post_many(self, to: str, messages: Iterable[Any], durability: str = "log",
+                  timeout: float | None = None) -> list[str]:
+        """:meth:`post` every message of ``messages`` to ``to``, in order, and return their
+        ids: the recipient is decided and the flight window taken once per chunk of a
+        thousand, which makes a list cheaper to send than one call per message."""
+        if self._blocking:
+            return self._core.post_many(to, messages, durability, timeout)
+        ids = self._core.post_many(to, messages, durability, 0.0)
+        self._wiring.settle()
+        return ids
 
     def publish_nowait(self, message: Any, durability: str = "log",
                        timeout: float | None = None) -> Delivery:

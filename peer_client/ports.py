@@ -24,6 +24,10 @@ class LogPort(Protocol):
     def append(self, key: str, value: bytes, on_delivery: KafkaCallback | None = None) -> None:
         """Append one record; ``on_delivery`` fires once Kafka acknowledged or refused it."""
 
+    def append_many(self, key: str, values: list[bytes],
+                    on_delivery: KafkaCallback | None = None) -> None:
+        """Append ``values`` in order under one key; ``on_delivery`` fires for each."""
+
     def flush(self, timeout: float) -> None:
         """Wait for every appended record (raises if one was refused)."""
 

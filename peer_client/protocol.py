@@ -6,7 +6,7 @@ the in-memory :class:`tidemark.peer_client.testing.TestBus`) or with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tidemark.peer_client.context import Phase
@@ -54,6 +54,10 @@ class SyncPeer(PeerLike, Protocol):
 
     def post(self, to: str, message: Any, durability: str = "log") -> str:
         """Send to ``to`` and forget (``flush`` waits); the message id."""
+
+    def post_many(self, to: str, messages: Iterable[Any], durability: str = "log"
+                  ) -> list[str]:
+        """:meth:`post` each of ``messages`` to ``to``, in order; their ids."""
 
     def publish(self, message: Any, durability: str = "log") -> str:
         """Send to every subscriber and wait for ``durability``; the message id."""

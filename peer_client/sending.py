@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import Any
 
@@ -30,7 +30,10 @@ from tidemark.peer_client.messages import _BY_CLASS, MessageType, message_type_o
 from tidemark.peer_client.options import LEVELS
 from tidemark.peer_client.outbox import Outbox, OutItem
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "POST_CHUNK"]
+
+#: Messages :meth:`Sender.post_many` decides, encodes and takes flight slots for at once.
+POST_CHUNK = 1000
 
 
 class Sender:
@@ -59,8 +62,12 @@ class Sender:
         self._acquire = flight.acquire
         self._append_now = outbox.append_now
         self._detours = outbox.detours  # recipients whose unmarked appends are tracked
+        self._entries_get = directory.entries_get  # dict lookups, no Python frame
+        self._foreign = directory.foreign_ids
+        self._lanes = outbox.lanes.busy_keys
+        self._types_get = _BY_CLASS.get
         # bound once: a bound method made per call would be one more object per message
-        self._posted_cb = self._posted
+        self._posted_cb = flight.releaser(self._post_error)
         self._release = self._release_flight
         self._post_lock = threading.Lock()
         self._post_failed = 0
@@ -131,9 +138,87 @@ class Sender:
         """Fire and forget: like :meth:`send` without a handle; returns the message id at
         once. Failures are counted and raised by :meth:`check_posted` (``Peer.flush``).
         No object per message outlives the call, which keeps the garbage collector quiet
-        at high rates."""
+        at high rates.
+
+        The lean path (durability ``log``, a persistent type, a recipient that is not up,
+        nothing queued or detoured for it) checks, encodes and appends in this one frame;
+        anything else takes the general path."""
+        mt = self._types_get(type(message))
+        if (durability != "log" or mt is None or not mt.persistent or type(to) is not str
+                or not to or self.inbox.phase not in RUNNING):
+            return self._post_general(to, message, durability, timeout)
+        entry = self._entries_get(to)
+        if ((entry is not None and (entry.up or not entry.persistent))
+                or to in self._foreign or to in self._lanes or to in self._detours):
+            return self._post_general(to, message, durability, timeout)
+        payload = mt.serializer.encode(message)
+        ts = self.clock_ms()
+        mid = f"{self._id_prefix}{next(self._seq)}"
+        value = self._encode_send(mid, to, mt.name, payload, ts)
+        if len(value) > self.max_bytes:
+            self._refuse_size(mt, payload, value)
+        self._acquire(timeout)
+        self.sent += 1
+        self._append_now(to, value, self._posted_cb if self.sent % SAMPLE_EVERY
+                         else self._timed_post(perf_counter()))
+        return mid
+
+    def _post_general(self, to: str, message: Any, durability: str,
+                      timeout: float | None) -> str:
         out = self._send(to, message, durability, timeout, False)
         return out if isinstance(out, str) else out.message_id
+
+    def post_many(self, to: str, messages: Iterable[Any], durability: str = "log",
+                  timeout: float | None = None) -> list[str]:
+        """:meth:`post` each of ``messages`` to ``to``, in order; their ids. On the lean path
+        the recipient is decided, the clock read and the flight window taken once per chunk
+        of up to :data:`POST_CHUNK` messages; a message that fails its checks (size,
+        payload) raises before anything of its chunk is appended (earlier chunks are)."""
+        ids: list[str] = []
+        batch = list(messages)
+        step = min(POST_CHUNK, self.flight.limit)
+        for at in range(0, len(batch), step):
+            ids.extend(self._post_chunk(to, batch[at:at + step], durability, timeout))
+        return ids
+
+    def _post_chunk(self, to: str, chunk: list[Any], durability: str,
+                    timeout: float | None) -> list[str]:
+        entry = self._entries_get(to) if type(to) is str else None
+        if (durability != "log" or type(to) is not str or not to
+                or self.inbox.phase not in RUNNING
+                or (entry is not None and (entry.up or not entry.persistent))
+                or to in self._foreign or to in self._lanes or to in self._detours):
+            return [self.post(to, m, durability, timeout) for m in chunk]
+        types_get, encode_send, seq, prefix = (self._types_get, self._encode_send, self._seq,
+                                               self._id_prefix)
+        kinds = [types_get(type(m)) for m in chunk]
+        if not all(mt is not None and mt.persistent for mt in kinds):
+            return [self.post(to, m, durability, timeout) for m in chunk]
+        ts = self.clock_ms()
+        ids, values = [], []
+        for mt, message in zip(kinds, chunk, strict=True):
+            assert mt is not None
+            payload = mt.serializer.encode(message)
+            mid = f"{prefix}{next(seq)}"
+            value = encode_send(mid, to, mt.name, payload, ts)
+            if len(value) > self.max_bytes:
+                self._refuse_size(mt, payload, value)
+            ids.append(mid)
+            values.append(value)
+        self.flight.acquire_many(len(values), timeout)
+        before, self.sent = self.sent, self.sent + len(values)
+        if before // SAMPLE_EVERY != self.sent // SAMPLE_EVERY:  # time one of the chunk
+            self._append_now(to, values[0], self._timed_post(perf_counter()))
+            values = values[1:]
+        self.outbox.append_many(to, values, self._posted_cb)
+        return ids
+
+    def _refuse_size(self, mt: MessageType, payload: bytes, value: bytes) -> None:
+        if len(payload) > self.max_bytes:
+            raise OversizedMessageError(f"{mt.name} payload of {len(payload)} bytes exceeds"
+                                        f" max_message_bytes={self.max_bytes}")
+        raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
+                                    f" max_message_bytes={self.max_bytes}")
 
     def _send(self, to: str, message: Any, durability: str, timeout: float | None,
               track: bool) -> Delivery | str:
@@ -204,25 +289,24 @@ class Sender:
         handle.add_done_callback(done)
 
     def _timed_post(self, t0: float) -> Callable[[Any, Any], None]:
-        """The Kafka callback of a sampled :meth:`post`: :meth:`_posted`, then the time
+        """The Kafka callback of a sampled :meth:`post`: :attr:`_posted_cb`, then the time
         since ``t0`` when Kafka acknowledged it."""
         latency = self.latencies.by_name["send_log"]
 
+        posted_cb = self._posted_cb
+
         def posted(err: Any, msg: Any) -> None:
-            self._posted(err, msg)
+            posted_cb(err, msg)
             if err is None:
                 latency.observe(perf_counter() - t0)
         return posted
 
-    def _posted(self, err: Any, msg: Any) -> None:
-        """The shared Kafka callback of :meth:`post`."""
-        if err is not None:
-            with self._post_lock:
-                self._post_failed += 1
-                if self._post_first_error is None:
-                    self._post_first_error = (f"{msg.topic()}[{msg.partition()}]: "
-                                              f"{err.str()}")
-        self.flight.release()
+    def _post_error(self, err: Any, msg: Any) -> None:
+        """Count a post Kafka refused (the shared callback, :attr:`_posted_cb`, calls it)."""
+        with self._post_lock:
+            self._post_failed += 1
+            if self._post_first_error is None:
+                self._post_first_error = f"{msg.topic()}[{msg.partition()}]: {err.str()}"
 
     def check_posted(self) -> None:
         """Raise :class:`DeliveryError` for posts Kafka refused since the last check."""

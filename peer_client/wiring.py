@@ -38,6 +38,9 @@ class Log(Protocol):
     def append(self, key: str, value: bytes, on_delivery: Any = None) -> None:
         """Append one record (see :class:`~tidemark.peer_client.ports.LogPort`)."""
 
+    def append_many(self, key: str, values: list[bytes], on_delivery: Any = None) -> None:
+        """Append records in order under one key."""
+
     def flush(self, timeout: float) -> None:
         """Wait for every appended record."""
 

@@ -187,6 +187,10 @@ def _bench_send(args: argparse.Namespace) -> int:
     if "tracked_msgs_per_s" in result:
         print(f"Peer.send_nowait (durability log) : {result['tracked_msgs_per_s']:>10,} msg/s"
               f"  ratio {result['tracked_ratio']:.3f}")
+    if "post_many_msgs_per_s" in result:
+        print(f"raw producer, keys in runs        : {result['raw_runs_msgs_per_s']:>10,} msg/s")
+        print(f"Peer.post_many (runs of one key)  : {result['post_many_msgs_per_s']:>10,} msg/s"
+              f"  ratio {result['post_many_ratio']:.3f} (to the raw producer in runs)")
     verdict = "meets" if result["ratio"] >= result["target_ratio"] else "BELOW"
     print(f"({verdict} target >= {result['target_ratio']}; median of {result['rounds']} rounds)")
     _print_security(result, "msgs/s")
