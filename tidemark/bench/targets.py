@@ -67,8 +67,15 @@ def queues(r: dict[str, Any]) -> list[str]:
 def replay(r: dict[str, Any]) -> list[str]:
     """``bench replay``: msgs/s >= ``target_msgs_per_s``, ratio >= ``target_ratio``; the
     security ratio."""
+    machine = ((r.get("cpu") or {}).get("us_per_msg") or {}).get("machine")
+    over = r.get("target_machine_us_per_msg")
     return (_below("replay msgs/s", r.get("peer_msgs_per_s"), r["target_msgs_per_s"])
-            + _below("ratio", r.get("ratio") or 0, r["target_ratio"]) + _security(r))
+            + _below("ratio", r.get("ratio") or 0, r["target_ratio"])
+            + (_below("ratio to the user's loop", r.get("user_loop_ratio") or 0,
+                      r["target_user_loop_ratio"]) if "target_user_loop_ratio" in r else [])
+            + ([f"machine CPU {machine} us per message > {over}"]
+               if over is not None and (machine is None or machine > over) else [])
+            + _security(r))
 
 
 def catchup(r: dict[str, Any]) -> list[str]:

@@ -55,11 +55,17 @@ from tidemark.peer_client import (
 )
 from tidemark.stack.cpu_account import CpuAccount
 
-__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO", "HANDLERS",
-           "RssSampler", "raw_consumer"]
+__all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO",
+           "TARGET_USER_LOOP_RATIO", "TARGET_MACHINE_US", "HANDLERS", "RssSampler",
+           "raw_consumer", "raw_read", "user_loop_read"]
 
 TARGET_RATE = 100_000
-TARGET_RATIO = 0.5
+#: Tidemark's replay against the raw consumer (the limit) ...
+TARGET_RATIO = 0.4
+#: ... against the user's own loop (the peer to beat) ...
+TARGET_USER_LOOP_RATIO = 2.0
+#: ... and the machine's CPU per replayed message, every process together (microseconds)
+TARGET_MACHINE_US = 8.0
 #: ``--handler``: the replayed messages go to a ``Peer.batch_handler`` or a ``Peer.handler``
 HANDLERS = ("batch", "single")
 Say = Callable[[str], None]
@@ -196,30 +202,76 @@ def raw_consumer(settings: Settings, group: str) -> Consumer:
 
 
 def raw_read(settings: Settings, peer: str, k: int, q0: int, n: int, timeout_s: float,
-             say: Say) -> dict[str, Any]:
-    """A plain confluent-kafka consumer reading ``peer``'s ``n`` queue entries from ``q0``."""
+             say: Say, brokers: dict[str, int] | None = None) -> dict[str, Any]:
+    """A plain confluent-kafka consumer reading ``peer``'s ``n`` queue entries from ``q0``:
+    the limit (it decodes nothing). ``cpu``: the machine's CPU meanwhile, per entry."""
+    return _read_queue(settings, peer, k, q0, n, timeout_s, say, "raw", brokers, user=False)
+
+
+def user_loop_read(settings: Settings, peer: str, k: int, q0: int, n: int,
+                   timeout_s: float, say: Say, brokers: dict[str, int] | None = None
+                   ) -> dict[str, Any]:
+    """The loop a user writes without Tidemark to catch a backlog up, on the same records:
+    a confluent-kafka consumer taking 10,000 at a time, fastavro decoding each queue record,
+    its payload decoded into the message type, a no-op handler, an asynchronous commit
+    every 5,000. The peer to beat (``user_loop_*`` fields)."""
+    return _read_queue(settings, peer, k, q0, n, timeout_s, say, "user_loop", brokers,
+                       user=True)
+
+
+def _noop(item: Any) -> None:
+    """The user loop's handler."""
+
+
+def _read_queue(settings: Settings, peer: str, k: int, q0: int, n: int, timeout_s: float,
+                say: Say, name: str, brokers: dict[str, int] | None, user: bool
+                ) -> dict[str, Any]:
+    import io
+
+    from fastavro import parse_schema, schemaless_reader
+
+    from tidemark.log.wire.codec import HEADER_SIZE
+    from tidemark.schemas import load_schema
+    schema = parse_schema(load_schema("QueueEntry"))
+    decode = message_type_of(BenchItem).serializer.decode
     prefix = (peer + "\0").encode()
-    consumer = raw_consumer(settings, "bench-replay-raw")
+    consumer = raw_consumer(settings, f"bench-replay-{name}")
     consumer.assign([TopicPartition(settings.topic("queues"), k, q0)])
-    got, first, deadline = 0, 0.0, time.monotonic() + timeout_s
+    account = CpuAccount({"reader": {"reader": os.getpid()}, "brokers": brokers or {}})
+    got, first, deadline, uncommitted = 0, 0.0, time.monotonic() + timeout_s, 0
     try:
+        account.start()
         while got < n:
             if time.monotonic() > deadline:
-                raise TidemarkError(f"raw consumer read {got} of {n} entries in {timeout_s}s")
+                raise TidemarkError(f"{name} consumer read {got} of {n} entries in"
+                                    f" {timeout_s}s")
             for m in consumer.consume(10_000, 1.0):
                 if m.error() is not None:
                     continue
                 if not first:
                     first = time.perf_counter()
-                key = m.key()
-                if key is not None and key.startswith(prefix) and m.value() is not None:
-                    got += 1
+                key, value = m.key(), m.value()
+                if key is None or value is None or not key.startswith(prefix):
+                    continue
+                got += 1
+                if user:
+                    entry: Any = schemaless_reader(io.BytesIO(value[HEADER_SIZE:]), schema,
+                                                   None)
+                    _noop(decode(entry["payload"]))
+                    uncommitted += 1
+                    if uncommitted >= 5000:
+                        consumer.commit(asynchronous=True)
+                        uncommitted = 0
         seconds = time.perf_counter() - first
+        account.stop()
     finally:
         consumer.close()
-    say(f"raw consumer: {got:,} entries in {seconds:.2f}s")
-    return {"raw_entries": got, "raw_seconds": round(seconds, 3),
-            "raw_msgs_per_s": int(got / seconds) if seconds > 0 else 0}
+    say(f"{name.replace('_', ' ')} consumer: {got:,} entries in {seconds:.2f}s")
+    cpu = account.report({"reader": account.used("reader"),
+                          "brokers": account.used("brokers")}, got)
+    return {f"{name}_entries": got, f"{name}_seconds": round(seconds, 3),
+            f"{name}_msgs_per_s": int(got / seconds) if seconds > 0 else 0,
+            f"{name}_cpu": cpu}
 
 
 class _Counter:
@@ -405,18 +457,24 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
                               "fill": fill_mode, "fill_s": round(fill_s, 1), "peer": peer,
                               "partition": k, "batch": batch, "window": window,
                               "handler": handler, **settled}
+    brokers = _stack_pids(state_dir, "broker")
     say("raw confluent-kafka consumer on the same queue records")
-    result.update(raw_read(settings, peer, k, q0, messages, timeout_s, say))
+    result.update(raw_read(settings, peer, k, q0, messages, timeout_s, say, brokers))
+    settle(say, settle_s)
+    say("the user's loop (consumer, fastavro, payload decode, commits) on the same records")
+    result.update(user_loop_read(settings, peer, k, q0, messages, timeout_s, say, brokers))
     again = settle(say, settle_s)
     result["settle_before_replay_s"] = again["settle_s"]
     say(f"replaying into a Peer's {handler} handler (replay on start, batch {batch},"
         f" window {window})")
     result.update(peer_replay(settings, peer, messages, _stack_pids(state_dir, "replica"),
-                              timeout_s, say, batch, window, _stack_pids(state_dir, "broker"),
-                              handler))
-    raw = result["raw_msgs_per_s"]
+                              timeout_s, say, batch, window, brokers, handler))
+    raw, loop = result["raw_msgs_per_s"], result["user_loop_msgs_per_s"]
     result["ratio"] = round(result["peer_msgs_per_s"] / raw, 3) if raw else None
+    result["user_loop_ratio"] = round(result["peer_msgs_per_s"] / loop, 3) if loop else None
     result["target_msgs_per_s"], result["target_ratio"] = TARGET_RATE, TARGET_RATIO
+    result["target_user_loop_ratio"] = TARGET_USER_LOOP_RATIO
+    result["target_machine_us_per_msg"] = TARGET_MACHINE_US
     if switch is None:
         return {**result, **skipped(skip_reason)}
     return {**result, **security_rounds(settings, rounds, each, state_dir, switch, timeout_s,
