@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 
 from tidemark import logs
@@ -96,6 +99,27 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+@contextmanager
+def _state_dir_for_all(args: argparse.Namespace) -> Iterator[None]:
+    """``--state-dir`` stands for ``TIDEMARK_STATE_DIR`` in everything the command does while
+    it runs: what reads settings, where a peer or a node finds the local stack's CA, and the
+    processes it starts."""
+    folder = getattr(args, "state_dir", None)
+    if not folder:
+        yield
+        return
+    env = registry.setting("state_dir").env
+    saved = os.environ.get(env)
+    os.environ[env] = str(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(env, None)
+        else:
+            os.environ[env] = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     try:
@@ -118,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with _state_dir_for_all(args):
+            return int(args.func(args) or 0)
     except TidemarkError as exc:
         print(f"tidemark: error: {exc}", file=sys.stderr)
         return 1

@@ -194,8 +194,9 @@ def cover(producer: LogProducer, k: int, end: int) -> None:
 
 def raw_consumer(settings: Settings, group: str) -> Consumer:
     """A plain confluent-kafka consumer with large fetches, in a group of its own named
-    ``group``-<random>, that commits nothing: the raw baseline of the benches."""
-    return Consumer({"bootstrap.servers": settings.bootstrap,
+    ``group``-<random>, that commits nothing: the raw baseline of the benches. It signs in
+    as the settings' client does (``[kafka.client]``, e.g. a ``--sasl`` stack's user)."""
+    return Consumer({**settings.client, "bootstrap.servers": settings.bootstrap,
                      "group.id": f"{group}-{uuid.uuid4().hex[:8]}",
                      "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
                      "max.partition.fetch.bytes": 10_485_760})
