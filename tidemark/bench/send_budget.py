@@ -86,9 +86,10 @@ def send_budget(state_dir: str | None = None, messages: int = 200_000, rounds: i
                 "clock": lambda: [clock() for _ in keys],
                 "flight_window": window,
                 "peer_post": lambda: [peer.post(k, msg) for k in keys],
-                "peer_post_many": lambda: [peer.post_many(keys[at], [msg] * 1000)
-                                           for at in range(0, messages, 1000)],
             }
+            if hasattr(peer, "post_many"):  # (absent before 2026-11-28: run on older code)
+                loops["peer_post_many"] = lambda: [peer.post_many(keys[at], [msg] * 1000)
+                                                   for at in range(0, messages, 1000)]
             for _ in range(rounds):
                 for name, loop in loops.items():
                     samples.setdefault(name, []).append(_cpu_us(messages, loop))
