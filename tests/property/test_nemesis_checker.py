@@ -258,3 +258,42 @@ def test_the_dedup_windows_id_may_run_again_with_the_store_on_and_no_other() -> 
     h.handled["r"].append(Handled("r#2", "m1", "s", 1))   # m1 is not in the window
     assert not check_twice(h).ok
     assert History.from_dict(h.to_dict()).dedup_window == {"m2"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=runs, pick=st.randoms(use_true_random=False))
+def test_gc_progress_below_both_gc_points_is_not_a_divergence(seed: int,
+                                                             pick: random.Random) -> None:
+    """A co-replica whose GC sweep went further (its map starts higher, still at or below
+    both GC points) has converged; one missing a record above both GC points has not."""
+    h = _run(seed)
+    shared = [p for p, ns in h.owners.items() if len(ns) > 1
+              and all(h.final.nodes.get(n, {}).get(p) is not None for n in ns)]
+    assume(shared)
+    p = pick.choice(shared)
+    a = h.owners[p][0]
+    fa = h.final.nodes[a][p]
+    assume(fa.held and all(h.final.nodes[n][p].held == fa.held for n in h.owners[p]))
+    top = fa.held[-1][1]
+    swept = min(fa.held[0][0] + 1 + pick.randrange(top - fa.held[0][0]), top)
+    gc = FinalPartition(clip(fa.held, swept), fa.digest, fa.released, swept)
+    h.final.nodes[a][p] = gc
+    for n in h.owners[p]:  # the GC point is universal: every owner's is at least there
+        f = h.final.nodes[n][p]
+        if n != a:
+            h.final.nodes[n][p] = FinalPartition(f.held, f.digest, f.released,
+                                                 max(swept, f.gc_point or 0))
+    assert "converge" not in check(h, BOUNDS).failed
+    if swept < top:  # a record above both GC points missing from one of them
+        lo, hi = gc.held[-1]
+        h.final.nodes[a][p] = FinalPartition(gc.held[:-1] + (((lo, hi - 1),) if hi - 1 > lo
+                                                              else ()), gc.digest,
+                                             gc.released, swept)
+        report = check(h, BOUNDS)
+        assert "converge" in report.failed and f"txlog/{p}:" in (
+            report.verdict("converge").first or ""), report.to_json()
+
+
+def clip(held: tuple, floor: int) -> tuple:
+    """``held`` without what lies below ``floor``."""
+    return tuple((max(lo, floor), hi) for lo, hi in held if hi > floor)
