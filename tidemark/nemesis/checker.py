@@ -293,9 +293,9 @@ def clip_below(ranges: tuple[Range, ...], floor: int) -> tuple[Range, ...]:
 
 def check_converge(h: History, bounds: Bounds) -> Verdict:
     """**converge**: after healing, every two owners of a partition that report it in
-    ``final`` have equal interval maps above both their GC points (below them, each releases
-    at its own pace), and equal digests when their whole maps are equal, and each co-replica
-    pair with known ``healed_at_ms`` and ``converged_at_ms`` converged within
+    ``final`` have equal interval maps above the higher of their GC points (below it, each
+    releases at its own pace), and equal digests when their whole maps are equal, and each
+    co-replica pair with known ``healed_at_ms`` and ``converged_at_ms`` converged within
     ``bounds.converge_s``. An owner absent from ``final``, or a pair healed but never seen
     converged, is ``unknown``."""
     t, checked, unknown = _Tally(), 0, 0
@@ -311,14 +311,16 @@ def check_converge(h: History, bounds: Bounds) -> Verdict:
             checked += 1
             ha, hb = normalise(fa.held), normalise(fb.held)
             if ha != hb:
-                # below both GC points each node releases at its own pace (its map's floor
-                # is its GC sweep's cursor): only what lies above them must be held by both
-                floor = min(fa.gc_point or 0, fb.gc_point or 0)
+                # the GC point is universal (the gc verdict checks that none passes an unacked
+                # Send) but learnt at different times, and below it each node's GC sweep
+                # releases at its own pace (its map's floor is the sweep's cursor): only what
+                # lies above the higher of the two must be held by both
+                floor = max(fa.gc_point or 0, fb.gc_point or 0)
                 ca, cb = clip_below(ha, floor), clip_below(hb, floor)
                 if ca != cb:
                     t.add(f"txlog/{p}: {a} and {b} differ after healing:"
                           f" {[list(r) for r in ca]} vs {[list(r) for r in cb]}"
-                          f" (above both GC points, {floor})")
+                          f" (above the GC point {floor})")
             elif fa.digest != fb.digest:
                 t.add(f"txlog/{p}: {a} and {b} hold the same offsets with different digests")
     limit_ms = bounds.converge_s * 1000
