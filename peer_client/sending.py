@@ -144,6 +144,7 @@ class Sender:
         nothing queued or detoured for it) checks, encodes and appends in this one frame;
         anything else takes the general path."""
         mt = self._types_get(type(message))
+        # _lean written inline: a call per message is one more frame on the hot path
         if (durability != "log" or mt is None or not mt.persistent or type(to) is not str
                 or not to or self.inbox.phase not in RUNNING):
             return self._post_general(to, message, durability, timeout)
@@ -162,6 +163,17 @@ class Sender:
         self._append_now(to, value, self._posted_cb if self.sent % SAMPLE_EVERY
                          else self._timed_post(perf_counter()))
         return mid
+
+    def _lean(self, to: str, durability: str) -> bool:
+        """Whether a persistent message to ``to`` at ``durability`` takes the lean path: level
+        ``log``, the peer running, and a recipient that is not up, with nothing queued or
+        detoured for it and not registered in another environment."""
+        if durability != "log" or type(to) is not str or not to \
+                or self.inbox.phase not in RUNNING:
+            return False
+        entry = self._entries_get(to)
+        return not ((entry is not None and (entry.up or not entry.persistent))
+                    or to in self._foreign or to in self._lanes or to in self._detours)
 
     def _post_general(self, to: str, message: Any, durability: str,
                       timeout: float | None) -> str:
@@ -183,11 +195,7 @@ class Sender:
 
     def _post_chunk(self, to: str, chunk: list[Any], durability: str,
                     timeout: float | None) -> list[str]:
-        entry = self._entries_get(to) if type(to) is str else None
-        if (durability != "log" or type(to) is not str or not to
-                or self.inbox.phase not in RUNNING
-                or (entry is not None and (entry.up or not entry.persistent))
-                or to in self._foreign or to in self._lanes or to in self._detours):
+        if not self._lean(to, durability):
             return [self.post(to, m, durability, timeout) for m in chunk]
         types_get, encode_send, seq, prefix = (self._types_get, self._encode_send, self._seq,
                                                self._id_prefix)
