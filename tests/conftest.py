@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
+from tests import cluster
 from tests.support import PeerScript
 from tidemark.gossip.pki import init_ca
-from tidemark.log.settings import Settings, load_settings
+from tidemark.log.settings import Settings
 from tidemark.log.topics import ensure_topics
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.queues_job import JobProcess
@@ -47,12 +48,16 @@ def tls_issuer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    """The session's cluster: started by the launcher, or the one in TIDEMARK_BOOTSTRAP."""
+    """The session's cluster: started by the launcher as ``tidemark local up --sasl`` does
+    (SCRAM users per role, ACLs; :mod:`tests.cluster`), or the one in TIDEMARK_BOOTSTRAP."""
     stack = LocalStack(tmp_path_factory.mktemp("stack"))
     try:
-        stack.up(brokers=3)
-        yield stack
+        stack.up(brokers=3, sasl=not os.environ.get("TIDEMARK_BOOTSTRAP"))
+        cluster.use_roles(stack.state.get("roles", {}))
+        with cluster.signed_in():
+            yield stack
     finally:
+        cluster.use_roles({})
         stack.down()
 
 
@@ -65,8 +70,8 @@ def bootstrap(kafka_stack: LocalStack) -> str:
 @pytest.fixture
 def fresh_settings(bootstrap: str) -> Settings:
     """Settings with a unique topic prefix whose five topics exist (4 partitions each)."""
-    settings = load_settings(env={}, bootstrap=bootstrap,
-                             topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
+    settings = cluster.settings(bootstrap=bootstrap,
+                                topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
     ensure_topics(settings)
     return settings
 
@@ -90,15 +95,13 @@ def private_stack(tmp_path: Path) -> Iterator[LocalStack]:
     """A cluster of this test's own, for fault drills that kill brokers."""
     if os.environ.get("TIDEMARK_BOOTSTRAP"):
         pytest.skip("fault drills need a cluster the tests start themselves")
-    saved = os.environ.pop("TIDEMARK_BOOTSTRAP", None)
-    stack = LocalStack(tmp_path / "stack")
-    try:
-        stack.up(brokers=3)
-        yield stack
-    finally:
-        stack.down(grace_s=5.0)  # a broker without its quorum never finishes a clean stop
-        if saved is not None:
-            os.environ["TIDEMARK_BOOTSTRAP"] = saved
+    with cluster.elsewhere():
+        stack = LocalStack(tmp_path / "stack")
+        try:
+            stack.up(brokers=3)
+            yield stack
+        finally:
+            stack.down(grace_s=5.0)  # a broker without its quorum never finishes a clean stop
 
 
 @pytest.fixture

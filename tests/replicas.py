@@ -13,11 +13,12 @@ from typing import Any
 
 import grpc
 
+from tests import cluster
 from tests.support import generate_load, wait_for
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.service import ReplicaClient as Peers
 from tidemark.log.offsets import end_offsets
-from tidemark.log.settings import Settings, load_settings
+from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set
 from tidemark.replica.config import load_cluster_file
 from tidemark.stack.launcher import LocalStack
@@ -53,6 +54,7 @@ def replica_stack(bootstrap: str, folder: Path, layout: str, min_age_ms: int = 0
     os.environ.update({"TIDEMARK_BOOTSTRAP": bootstrap, "TIDEMARK_PARTITIONS": "4",
                        "TIDEMARK_TOPIC_PREFIX": f"h3t{uuid.uuid4().hex[:8]}."})
     stack = LocalStack(folder)
+    stack.state.update(cluster.external_state(bootstrap))  # nodes sign in as `replica`
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write_cluster_file(folder / CONFIG_NAME,
@@ -64,8 +66,8 @@ def replica_stack(bootstrap: str, folder: Path, layout: str, min_age_ms: int = 0
         yield stack
     finally:
         LocalStack(folder).down(grace_s=5)  # re-read: CLI calls may have restarted nodes
-        delete_topic_set(load_settings(env={}, bootstrap=bootstrap, partitions=4,
-                                       topic_prefix=os.environ["TIDEMARK_TOPIC_PREFIX"]))
+        delete_topic_set(cluster.settings(bootstrap=bootstrap, partitions=4,
+                                          topic_prefix=os.environ["TIDEMARK_TOPIC_PREFIX"]))
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests import cluster
 from tests.support import HandlerLog, PeerScript
 from tidemark.log.topics import delete_topic_set
 from tidemark.stack.launcher import LocalStack
@@ -63,8 +64,7 @@ def external_stack(request: pytest.FixtureRequest, tmp_path: Path, bootstrap: st
     starts with the module's ``TOPIC_LETTER`` (default ``f``)."""
     folder = tmp_path / "stack"
     folder.mkdir()
-    (folder / "state.json").write_text(json.dumps({"bootstrap": bootstrap, "processes": {},
-                                                   "external": True}))
+    (folder / "state.json").write_text(json.dumps(cluster.external_state(bootstrap)))
     letter = getattr(request.module, "TOPIC_LETTER", "f")
     monkeypatch.setenv("TIDEMARK_TOPIC_PREFIX", f"{letter}{uuid.uuid4().hex[:8]}.")
     monkeypatch.setenv("TIDEMARK_PARTITIONS", "4")

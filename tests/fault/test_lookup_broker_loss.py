@@ -31,6 +31,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tests import cluster
 from tests.support import wait_for
 from tidemark.log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
 from tidemark.log.offsets import end_offsets, log_start_offsets, topic_partitions, watermarks
@@ -237,12 +238,13 @@ def test_unreachable_bootstrap_is_one_line_per_command(tmp_path: Path) -> None:
 def lookup_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     if os.environ.get("TIDEMARK_BOOTSTRAP"):
         pytest.skip("fault drills need a cluster the tests start themselves")
-    stack = LocalStack(tmp_path_factory.mktemp("lookup-stack"))
-    try:
-        stack.up(brokers=3)
-        yield stack
-    finally:
-        stack.down(grace_s=5.0)  # a broker without its quorum never finishes a clean stop
+    with cluster.elsewhere():
+        stack = LocalStack(tmp_path_factory.mktemp("lookup-stack"))
+        try:
+            stack.up(brokers=3)
+            yield stack
+        finally:
+            stack.down(grace_s=5.0)  # a broker without its quorum never finishes a clean stop
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cluster
 from tests.support import ROOT, wait_for
 from tidemark.log.consumer import read_to_end
 from tidemark.log.settings import Settings
@@ -49,7 +50,7 @@ class Work:
 def test_sigkill_of_a_recipient(fresh_settings: Settings, tmp_path: Path) -> None:
     env = {**os.environ, "TIDEMARK_BOOTSTRAP": fresh_settings.bootstrap,
            "TIDEMARK_TOPIC_PREFIX": fresh_settings.topic_prefix,
-           "TIDEMARK_PARTITIONS": str(fresh_settings.partitions)}
+           "TIDEMARK_PARTITIONS": str(fresh_settings.partitions), **cluster.client_env()}
     proc = Child([sys.executable, "-c", B_SCRIPT], tmp_path / "b.err", env=env, cwd=ROOT,
                  talk=True)
     try:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidemark.log.settings import Settings, load_settings
+from tests import cluster
+from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.stack.queues_job import JobProcess
 
@@ -19,8 +20,8 @@ def settings(request: pytest.FixtureRequest, bootstrap: str) -> Iterator[Setting
     with the module's ``TOPIC_LETTER`` (default ``t``), ``PARTITIONS`` partitions (default
     4)."""
     letter = getattr(request.module, "TOPIC_LETTER", "t")
-    s = load_settings(env={}, bootstrap=bootstrap, topic_prefix=f"{letter}{uuid.uuid4().hex[:8]}.",
-                      partitions=getattr(request.module, "PARTITIONS", 4))
+    s = cluster.settings(bootstrap=bootstrap, topic_prefix=f"{letter}{uuid.uuid4().hex[:8]}.",
+                         partitions=getattr(request.module, "PARTITIONS", 4))
     ensure_topics(s)
     yield s
     delete_topic_set(s)

@@ -15,6 +15,7 @@ import re
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tests import cluster
 from tidemark.log import jvm
 from tidemark.log.settings import load_settings
 from tidemark.log.topics import ensure_topics
@@ -52,9 +54,11 @@ def _ports(listeners: str, ports: dict[int, int]) -> str:
 
 
 @pytest.fixture
-def no_bootstrap() -> None:
+def no_bootstrap() -> Iterator[None]:
     if os.environ.get("TIDEMARK_BOOTSTRAP"):
         pytest.skip("starts a broker of its own")
+    with cluster.elsewhere():
+        yield
 
 
 def test_a_host_client_reaches_the_broker_through_the_external_listener(

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import cluster
 from tests.support import wait_for
-from tidemark.log.settings import load_settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.stack.replicas import write_cluster_file
 
@@ -56,7 +56,7 @@ def test_compose_healthcheck_passes_on_a_secured_node_and_fails_once_it_stops(
     subprocess.run(["sh", "-c", script], env=_base_env(), check=True, timeout=120)
 
     prefix = f"hc{uuid.uuid4().hex[:8]}."
-    settings = load_settings(env={}, bootstrap=bootstrap, topic_prefix=prefix, partitions=4)
+    settings = cluster.settings(bootstrap=bootstrap, topic_prefix=prefix, partitions=4)
     ensure_topics(settings)
     config = write_cluster_file(tmp_path / "cluster.toml",
                                 {"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": 4},

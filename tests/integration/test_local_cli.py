@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cluster
 from tidemark.log.consumer import read_to_end
 from tidemark.log.topics import describe_topics
 from tidemark.log.wire import default_codec
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def tidemark(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_BOOTSTRAP"}
+    env = cluster.apart(os.environ)
     env["TIDEMARK_STATE_DIR"] = str(state)
     proc = subprocess.run([sys.executable, "-m", "tidemark", *args], env=env,
                           capture_output=True, text=True, timeout=600)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests import cluster
 from tests.support import wait_for
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
 from tidemark.peer_client.context import Phase
@@ -235,7 +236,7 @@ def test_the_readme_peer_example_runs_as_written_with_replay(
     env["TIDEMARK_TLS_ISSUER"] = os.environ["TIDEMARK_TLS_ISSUER"]  # the stack's CA here
     env.update(TIDEMARK_STATE_DIR=str(s.state_dir), TIDEMARK_BOOTSTRAP=settings.bootstrap,
                TIDEMARK_TOPIC_PREFIX=settings.topic_prefix,
-               TIDEMARK_PARTITIONS=str(settings.partitions))
+               TIDEMARK_PARTITIONS=str(settings.partitions), **cluster.client_env())
     for _ in range(2):
         proc = subprocess.run([sys.executable, "-c", example("peer")], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=300)

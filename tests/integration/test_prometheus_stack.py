@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tidemark.log.settings import load_settings
+from tests import cluster
 from tidemark.log.topics import delete_topic_set
 from tidemark.stack.processes import is_alive
 
@@ -85,7 +85,7 @@ def stack(request: pytest.FixtureRequest, bootstrap: str,
     state = tmp_path_factory.mktemp("prometheus-stack") / "state"
     prefix = f"pm{uuid.uuid4().hex[:8]}."
     env = {**os.environ, "TIDEMARK_BOOTSTRAP": bootstrap, "TIDEMARK_TOPIC_PREFIX": prefix,
-           "TIDEMARK_PARTITIONS": "2", "TIDEMARK_STATE_DIR": str(state)}
+           "TIDEMARK_PARTITIONS": "2", "TIDEMARK_STATE_DIR": str(state), **cluster.client_env()}
     s = Stack(state, env)
     spark = ["--spark"] if _spark_wanted(request) else []
     try:
@@ -96,8 +96,8 @@ def stack(request: pytest.FixtureRequest, bootstrap: str,
         yield s
     finally:
         s.cli("local", "down", "--grace", "10", check=False)
-        delete_topic_set(load_settings(env={}, bootstrap=bootstrap, partitions=2,
-                                       topic_prefix=prefix))
+        delete_topic_set(cluster.settings(bootstrap=bootstrap, partitions=2,
+                                          topic_prefix=prefix))
 
 
 def _finite(result: list[dict]) -> bool:

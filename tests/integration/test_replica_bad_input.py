@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cluster
 from tidemark.replica.config import NodeSpec, PartitionSpec, render_cluster_file
 from tidemark.replica.store import Store
 
@@ -88,7 +89,7 @@ def test_node_not_in_config(bootstrap: str, tmp_path: Path) -> None:
         [NodeSpec("p0r0", "127.0.0.1:1", 0)]))
     from tidemark.log.settings import load_settings
     from tidemark.log.topics import delete_topic_set, ensure_topics
-    settings = load_settings(path, env={})
+    settings = load_settings(path, env=cluster.client_env())
     ensure_topics(settings)
     try:
         _one_error_line(_cli("replica", "run", "--config", str(path), "--node", "zz"),

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import cluster
 from tests.support import wait_for
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
-from tidemark.log.settings import Settings, load_settings
+from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.replica.ingest import Ingestor
 from tidemark.replica.store import Store
@@ -31,8 +32,8 @@ def entry(mid: str, offset: int) -> dict:
 def own_settings(bootstrap: str) -> Iterator[Settings]:
     """A topic set of this test's own, deleted afterwards (also on a cluster named by
     TIDEMARK_BOOTSTRAP)."""
-    settings = load_settings(env={}, bootstrap=bootstrap,
-                             topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
+    settings = cluster.settings(bootstrap=bootstrap,
+                                topic_prefix=f"t{uuid.uuid4().hex[:10]}.", partitions=4)
     ensure_topics(settings)
     try:
         yield settings

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import cluster
 from tests.support import expected_queues, generate_load, sealed
 from tidemark.log.producer import LogProducer
-from tidemark.log.settings import Settings, load_settings
+from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.spark_streaming.depth import read_queues
 from tidemark.spark_streaming.exceptions import QueuesError
@@ -49,8 +50,8 @@ def _ack(settings: Settings, peer: str, ids: list[str]) -> None:
                                      pytest.param(1_000_000, marks=pytest.mark.soak)])
 def test_backlog_of_one_peer_then_more_keeps_the_job_up(backlog: int, bootstrap: str,
                                                        tmp_path: Path) -> None:
-    settings = load_settings(env={}, bootstrap=bootstrap,
-                             topic_prefix=f"bl{uuid.uuid4().hex[:8]}.", partitions=4)
+    settings = cluster.settings(bootstrap=bootstrap,
+                                topic_prefix=f"bl{uuid.uuid4().hex[:8]}.", partitions=4)
     ensure_topics(settings)
     job = JobProcess(settings, tmp_path / "checkpoint", tmp_path / "job.log").start()
     try:

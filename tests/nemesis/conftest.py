@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import cluster
 from tidemark.stack.hosts import Hosts, remove_stale
 from tidemark.stack.launcher import LocalStack
 from tidemark.stack.replicas import CONFIG_NAME, plan, write_cluster_file
@@ -36,27 +37,27 @@ def hosts_cluster(tmp_path_factory: pytest.TempPathFactory
         pytest.skip(why)
     remove_stale()
     folder = tmp_path_factory.mktemp("hosts") / "stack"
-    saved = {k: os.environ.get(k) for k in ("TIDEMARK_BOOTSTRAP", "TIDEMARK_PARTITIONS")}
-    os.environ.pop("TIDEMARK_BOOTSTRAP", None)
-    os.environ["TIDEMARK_PARTITIONS"] = str(PARTITIONS)
-    hosts = Hosts().up()
-    stack = LocalStack(folder, hosts=hosts)
-    try:
-        stack.up(brokers=3, timeout_s=180)
-        s = stack.settings()
-        write_cluster_file(folder / CONFIG_NAME, {"bootstrap": s.bootstrap,
-                                                  "topic_prefix": s.topic_prefix,
-                                                  "partitions": PARTITIONS},
-                           "1x2", PARTITIONS, 200,
-                           "\n[release]\ngc_interval_ms = 500\nmin_age_ms = 0\n",
-                           address_of=lambda node: stack.host_address(stack.place(node)))
-        stack.up(brokers=3, extra=[lambda st: plan(st, "1x2")], timeout_s=180)
-        yield stack, hosts
-    finally:
-        stack.down(grace_s=5)
-        hosts.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with cluster.elsewhere():
+        saved = {"TIDEMARK_PARTITIONS": os.environ.get("TIDEMARK_PARTITIONS")}
+        os.environ["TIDEMARK_PARTITIONS"] = str(PARTITIONS)
+        hosts = Hosts().up()
+        stack = LocalStack(folder, hosts=hosts)
+        try:
+            stack.up(brokers=3, timeout_s=180)
+            s = stack.settings()
+            write_cluster_file(folder / CONFIG_NAME, {"bootstrap": s.bootstrap,
+                                                      "topic_prefix": s.topic_prefix,
+                                                      "partitions": PARTITIONS},
+                               "1x2", PARTITIONS, 200,
+                               "\n[release]\ngc_interval_ms = 500\nmin_age_ms = 0\n",
+                               address_of=lambda node: stack.host_address(stack.place(node)))
+            stack.up(brokers=3, extra=[lambda st: plan(st, "1x2")], timeout_s=180)
+            yield stack, hosts
+        finally:
+            stack.down(grace_s=5)
+            hosts.close()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

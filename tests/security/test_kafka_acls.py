@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from tests import cluster
 from tests.replicas import ends, status, txlog_ust
 from tests.support import Job, wait_for
 from tidemark.log.consumer import read_to_end
@@ -35,7 +36,7 @@ _ENV = {"TIDEMARK_REPLICATION_FACTOR": "1", "TIDEMARK_MIN_INSYNC_REPLICAS": "1",
 
 
 def tidemark(*args: str, state: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_BOOTSTRAP"}
+    env = cluster.apart(os.environ)
     env.update(_ENV, TIDEMARK_STATE_DIR=str(state))
     proc = subprocess.run([sys.executable, "-m", "tidemark", *args], env=env,
                           capture_output=True, text=True, timeout=600)
@@ -46,23 +47,23 @@ def tidemark(*args: str, state: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def sasl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     state = tmp_path_factory.mktemp("sasl") / "state"
-    saved = {k: os.environ.get(k) for k in [*_ENV, "TIDEMARK_BOOTSTRAP"]}
-    os.environ.pop("TIDEMARK_BOOTSTRAP", None)
-    os.environ.update(_ENV)
-    try:
-        out = tidemark("local", "up", "--sasl", "--brokers", "1", "--replicas", "1x1",
-                       state=state)
-        assert "(SASL_PLAINTEXT)" in out.stdout
-        yield LocalStack(state)
-    finally:
-        subprocess.run([sys.executable, "-m", "tidemark", "local", "down", "--grace", "5"],
-                       env={**os.environ, "TIDEMARK_STATE_DIR": str(state)},
-                       capture_output=True, timeout=120)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with cluster.elsewhere():
+        saved = {k: os.environ.get(k) for k in _ENV}
+        os.environ.update(_ENV)
+        try:
+            out = tidemark("local", "up", "--sasl", "--brokers", "1", "--replicas", "1x1",
+                           state=state)
+            assert "(SASL_PLAINTEXT)" in out.stdout
+            yield LocalStack(state)
+        finally:
+            subprocess.run([sys.executable, "-m", "tidemark", "local", "down", "--grace", "5"],
+                           env={**os.environ, "TIDEMARK_STATE_DIR": str(state)},
+                           capture_output=True, timeout=120)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def test_state_records_the_sasl_client_settings(sasl_stack: LocalStack) -> None:
