@@ -40,8 +40,9 @@ def events_of(name: str, record: Mapping[str, Any], offset: int) -> list[Event]:
         return [Event(ACK, offset, ts, mid) for mid in record.get("message_ids", ())]
     if name in (SEND, ACK, FAIL):
         return [Event(name, offset, ts, str(record.get("message_id", "")), record)]
-    if name == PURGE:
-        return [Event(PURGE, offset, ts, "", record)]
+    if name == PURGE:  # at the txlog offset it reaches (a Purge of the purges topic)
+        below = int(record.get("below_offset", -1))
+        return [Event(PURGE, below if below >= 0 else offset, ts, "", record)]
     return []
 
 

@@ -65,7 +65,8 @@ __all__ = ["SEND", "ACK", "ACK_BATCH", "PURGE", "FAIL", "DEDUP", "EARLY", "DEFAU
            "CHUNK_IDS", "CHUNK_BYTES", "GC_CHUNKS",
            "Event", "Change", "Ttl", "Entry", "Fifo", "PeerMeta", "Chunk", "PeerPlan",
            "plan_events",
-           "queue_key", "split_queue_key", "progress_key", "is_progress_key"]
+           "queue_key", "split_queue_key", "progress_key", "is_progress_key", "purge_key",
+           "purge_key_peer"]
 
 SEND, ACK, PURGE, FAIL = "Send", "Ack", "Purge", "DeliveryFailed"
 ACK_BATCH = "AckBatch"  # the job applies it as the Acks of its ids (spark_streaming.transform)
@@ -96,9 +97,21 @@ def queue_key(peer: str, message_id: str) -> str:
 def split_queue_key(key: str) -> tuple[str, str]:
     """``(peer, message_id)`` of a queue-entry key (raises ValueError on other keys)."""
     peer, sep, message_id = key.partition(_SEP)
-    if not sep:
+    if not sep or not peer:
         raise ValueError(f"not a queue entry key: {key!r}")
     return peer, message_id
+
+
+def purge_key(peer: str) -> str:
+    """The ``queues`` key of ``peer``'s latest Purge, as the job keeps it there for the
+    replicas: NUL, then the peer id (a queue entry key never starts with NUL, a progress key
+    neither)."""
+    return f"{_SEP}{peer}"
+
+
+def purge_key_peer(key: str) -> str | None:
+    """The peer of a :func:`purge_key`, or None for any other key."""
+    return key[1:] if key.startswith(_SEP) and len(key) > 1 else None
 
 
 def progress_key(txlog_partition: int) -> str:
@@ -211,11 +224,13 @@ class Fifo:
 
 @dataclass(frozen=True)
 class PeerMeta:
-    """A peer's clock, number of queued messages, and its two expiry FIFOs."""
+    """A peer's clock, number of queued messages, its two expiry FIFOs, and the offset its
+    latest Purge reaches (-1: never purged): a Send below it is purged when it comes."""
 
     clock: int = 0
     queued: int = 0
     fifos: tuple[Fifo, Fifo] = (Fifo(), Fifo())
+    purged_below: int = -1
 
     @property
     def empty(self) -> bool:
@@ -249,7 +264,7 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
     and, if they contain a Purge, of every queued message of the peer.
     """
     meta = meta or PeerMeta()
-    clock, queued = meta.clock, meta.queued
+    clock, queued, floor = meta.clock, meta.queued, meta.purged_below
     overlay: dict[str, Entry | None] = dict(entries)
     pending: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
     queued_by: dict[str, Event] = {}
@@ -280,6 +295,10 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
         if ev.kind == SEND:
             cur = live(overlay.get(mid))
             if cur is not None and cur.blocks_send(clock):
+                continue
+            if ev.offset < floor:  # purged before it came (the Purge was read first)
+                touched.add(mid)
+                remember(mid, DEDUP)
                 continue
             count = int((ev.record or {}).get("delivery_count", 0) or 0)
             touched.add(mid)
@@ -323,10 +342,13 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
                                                       ev.offset, send))
             queued -= 1
             remember(mid, EARLY)
-        elif ev.kind == PURGE:
-            for qid in [m for m, e in overlay.items() if e is not None and e.queued]:
+        elif ev.kind == PURGE:  # its offset: the Purge reaches the Sends below it
+            floor = max(floor, ev.offset)
+            for qid in [m for m, e in overlay.items()
+                        if e is not None and e.queued and e.offset < ev.offset]:
                 touched.add(qid)
                 queued -= 1
+                queued_by.pop(qid, None)
                 remember(qid, DEDUP)
         else:
             raise ValueError(f"unknown event kind {ev.kind!r}")
@@ -357,7 +379,7 @@ def plan_events(meta: PeerMeta | None, entries: Mapping[str, Entry | None],
             chunks.append((cls, fifo.tail, chunk))
             fifos[cls] = Fifo(head, fifo.tail + 1, head_until)
     return PeerPlan(changes, writes, chunks,
-                    PeerMeta(clock, queued, (fifos[0], fifos[1])))
+                    PeerMeta(clock, queued, (fifos[0], fifos[1]), floor))
 
 
 def _chunked(items: list[tuple[str, int]]) -> Iterable[Chunk]:

@@ -25,7 +25,7 @@ __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_
            "check_client", "JAVA_ONLY", "jaas_quote", "TOPICS"]
 
 #: Logical topic names; the physical name is ``topic_prefix + name``.
-TOPICS = ("txlog", "queues", "directory", "config", "deadletter")
+TOPICS = ("txlog", "queues", "directory", "config", "deadletter", "purges")
 
 #: The registry settings that are fields of :class:`Settings` (the ``[kafka]`` table).
 _KAFKA_KEYS = ("bootstrap", "topic_prefix", "partitions", "replication_factor",

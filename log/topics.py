@@ -29,7 +29,9 @@ class TopicSpec:
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """The five topics of the design with replication 3, min ISR 2, no unclean election."""
+    """The six topics of the design with replication 3, min ISR 2, no unclean election.
+    ``purges`` has txlog's partition count (a peer's Purge lands in the partition number of
+    its txlog partition) and keeps each peer's latest Purge for good (compacted)."""
     durable = {
         "min.insync.replicas": str(settings.min_insync_replicas),
         "unclean.leader.election.enable": "false",
@@ -46,6 +48,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.topic("config"), 1, {**durable, "cleanup.policy": "delete",
                                                 "retention.ms": "-1", "retention.bytes": "-1"}),
         TopicSpec(settings.topic("deadletter"), 3, {**durable, "cleanup.policy": "delete"}),
+        TopicSpec(settings.topic("purges"), p, {**durable, "cleanup.policy": "compact"}),
     ]
 
 

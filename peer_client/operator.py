@@ -8,6 +8,7 @@ from typing import Any
 
 from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError, DeliveryError
+from tidemark.log.offsets import end_offsets
 from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
@@ -107,16 +108,22 @@ def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
                timeout_s: float = 60.0, seal: Sealer | None = None) -> dict[str, Any]:
     """Append a Purge for ``peer_id`` (Zebus's decommissioning): its queue empties.
 
-    ``seal`` signs it as the operator (:func:`tidemark.gossip.record_signing.sealer_of` of
-    the operator's transport): the queues job and the replicas apply a Purge only when an
+    The Purge goes to the ``purges`` topic, which only the operator may write (Kafka's
+    ACLs), and names txlog's end in the peer's partition now: every Send to the peer below
+    it is dropped, wherever the queues job, the replicas and the peer's own replay have got
+    to. ``seal`` signs it as the operator (:func:`tidemark.gossip.record_signing.sealer_of`
+    of the operator's transport): the queues job and the peers apply a Purge only when an
     operator signed it (unsigned: insecure mode only).
 
     Refuses a peer the directory does not know (:class:`UnknownPeerError`) or knows only in
-    another environment (:class:`WrongEnvironmentError`). Returns where the Purge landed and
+    another environment (:class:`WrongEnvironmentError`). Returns the peer's txlog partition,
+    the offset the Purge reaches (``below``), where the Purge landed in ``purges`` and
     whether the peer is currently up.
     """
     env = environment or settings.environment
     entry = _entry(settings, peer_id, env, timeout_s)
+    ends = end_offsets(settings, "txlog", timeout=timeout_s)
+    partition = partition_for_peer(peer_id, len(ends))
     producer = LogProducer(settings, peer_codec())
     where: dict[str, int] = {}
     errors: list[str] = []
@@ -128,15 +135,20 @@ def purge_peer(settings: Settings, peer_id: str, environment: str | None = None,
             errors.append(err.str())
     value = producer.codec.encode("Purge", {"peer": peer_id, "environment": env,
                                             "timestamp_ms": int(time.time() * 1000),
+                                            "txlog_partition": partition,
+                                            "below_offset": ends[partition],
                                             "signer": b"", "signature": b""})
     if seal is not None:
         value = seal(value)
-    producer.produce_raw(producer.topic("txlog"), peer_id, value, on_delivery=delivered)
+    producer.produce_raw(producer.topic("purges"), peer_id, value, on_delivery=delivered)
     producer.flush(timeout_s)
     if errors or "offset" not in where:
         raise DeliveryError(f"the Purge of {peer_id} was not acknowledged by Kafka:"
                             f" {errors[0] if errors else 'timed out'}")
+    if where["partition"] != partition:  # purges and txlog differ in partition count
+        raise DeliveryError(f"the Purge of {peer_id} landed in {producer.topic('purges')}"
+                            f"[{where['partition']}], not [{partition}] as its txlog partition:"
+                            " the two topics must have the same partition count")
     return {"peer_id": peer_id, "environment": env, "up": entry.alive(
-        int(time.time() * 1000), 10_000), "partition": where.get(
-        "partition", partition_for_peer(peer_id, settings.partitions)),
+        int(time.time() * 1000), 10_000), "partition": partition, "below": ends[partition],
         "offset": where["offset"]}

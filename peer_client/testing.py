@@ -280,12 +280,15 @@ class TestBus:
         self.run_if_auto()
 
     def purge(self, peer_id: str) -> None:
-        """Append a Purge: ``peer_id``'s queue empties."""
+        """The operator's Purge: ``peer_id``'s queue empties of everything sent so far (as
+        ``tidemark peer purge`` appends it to ``purges``, reaching txlog's end now)."""
         self._in_memory("purge")
-        self.append_record(peer_id, self._codec.encode("Purge", {
+        part = partition_for_peer(peer_id, self.partitions)
+        below = self._offsets.get(part, 0)
+        self.records.append(LoggedRecord(part, below, peer_id, "Purge", {
             "peer": peer_id, "environment": self._peers[peer_id].environment
-            if peer_id in self._peers else self.environment, "timestamp_ms": self.clock_ms}),
-            None)
+            if peer_id in self._peers else self.environment, "timestamp_ms": self.clock_ms,
+            "txlog_partition": part, "below_offset": below}))
 
     # ---- running -------------------------------------------------------------------------
     def schedule(self, delay_s: float, fn: Callable[[], None]) -> "BusTimer":

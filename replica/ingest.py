@@ -32,6 +32,7 @@ from tidemark.gossip.txlog_admission import TxlogAdmission
 from tidemark.log import clock
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.exceptions import CodecError, LogError
+from tidemark.log.queue_state import purge_key
 from tidemark.log.settings import Settings
 from tidemark.log.wire import (
     ACK,
@@ -55,7 +56,7 @@ from tidemark.replica.keys import (
 )
 from tidemark.replica.store import Store
 
-__all__ = ["Ingestor", "index_txlog", "REFUSED_PREFIX"]
+__all__ = ["Ingestor", "index_txlog", "index_purge", "REFUSED_PREFIX", "PURGE_IN_TXLOG"]
 
 log = logging.getLogger(__name__)
 _Q = struct.Struct(">Q")
@@ -69,6 +70,9 @@ _FATAL_CODES = {KafkaError._AUTHENTICATION, KafkaError.TOPIC_AUTHORIZATION_FAILE
 
 #: A dead-letter reason of a refused record starts ``refused (<kind>): ``.
 REFUSED_PREFIX = "refused ("
+#: The dead-letter reason of a Purge appended to txlog (only the operator may purge, through
+#: the ``purges`` topic).
+PURGE_IN_TXLOG = "a Purge belongs in the purges topic (the operator's), not in txlog"
 
 
 def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
@@ -99,14 +103,20 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
         for mid in rec["message_ids"]:
             put(ack_key(partition, peer, mid), at)
     elif name == "Purge":
-        batch.put_record(partition, offset, value)
-        batch.wb.put(purge_prefix(partition) + rec["peer"].encode() + b"\0" + _Q.pack(offset),
-                     b"")
+        return PURGE_IN_TXLOG
     elif name == "DeliveryFailed":  # a handler failure: kept like the Sends it counts
         batch.put_record(partition, offset, value)
     else:
         return f"unexpected {name} record in txlog"
     return None
+
+
+def index_purge(batch: Batch, partition: int, peer: str, below: int, came_ms: int) -> None:
+    """Put the Purge index entry of a Purge of ``peer`` reaching the Sends below txlog
+    offset ``below`` into ``batch``: ``U k peer NUL <below>`` -> when it came (ms; GC serves
+    it with the sweep that starts after that, :mod:`tidemark.replica.release_policy`)."""
+    batch.wb.put(purge_prefix(partition) + peer.encode() + b"\0" + _Q.pack(below),
+                 _Q.pack(came_ms))
 
 
 class Ingestor:
@@ -241,7 +251,7 @@ class Ingestor:
         poison: list[tuple[Message, str]] = []
         run: list[int] | None = None
         cur_phys, cur_k, nxt, applied = "", -1, -1, 0
-        txlog, aprefix, uprefix = False, b"", b""
+        txlog, aprefix = False, b""
         for msg in msgs:
             if msg.error() is not None:
                 self._consumer_error(msg.error())
@@ -267,7 +277,7 @@ class Ingestor:
                     run = runs[key] = [start, off]
                 cur_phys, cur_k = phys, k
                 txlog = topic == "txlog"
-                aprefix, uprefix = ack_prefix(k), purge_prefix(k)
+                aprefix = ack_prefix(k)
             nxt = off + 1
             value = msg.value()
             if txlog:
@@ -275,11 +285,12 @@ class Ingestor:
                 if entry is not None and (own_env is None or entry[0] == SEND):
                     part = entry[1](value)
                     if part is not None and (own_env is None or part == own_env):
+                        if entry[0] == PURGE:  # refused: a Purge belongs in purges
+                            poison.append((msg, PURGE_IN_TXLOG))
+                            continue
                         put_record(k, off, value)
                         if entry[0] == ACK:
                             put(aprefix + part, qpack(off))
-                        elif entry[0] == PURGE:
-                            put(uprefix + part + b"\0" + qpack(off), b"")
                         continue
                 elif admission is None and value is not None and value[:10] == batch_head:
                     fields = scan_batch(value)
@@ -342,8 +353,28 @@ class Ingestor:
                                   encode_row(rec))
         elif dec.name == "QueueProgress":
             batch.wb.put(progress_key(k), value)
+        elif dec.name == "Purge":
+            return self._apply_purge(batch, k, key, dec.record, value)
         else:
             return f"unexpected {dec.name} record in queues"
+        return None
+
+    def _apply_purge(self, batch: Batch, k: int, key: bytes | None, rec: dict,
+                     value: bytes) -> str | None:
+        """An operator's Purge the queues job applied (kept in queues under the peer's
+        :func:`~tidemark.log.queue_state.purge_key`): the Purge index entry of the offset it
+        reaches, valued with when it came (a GC sweep that started after that serves it)."""
+        peer = str(rec["peer"])
+        if key is None or key.decode("utf-8", "replace") != purge_key(peer):
+            return f"a Purge of {peer!r} under queues key {key!r}"
+        if rec["txlog_partition"] != k or rec["below_offset"] < 0:
+            return (f"a Purge of txlog/{rec['txlog_partition']} below {rec['below_offset']}"
+                    f" in queues/{k}")
+        if self.admission is not None:
+            refused = self.admission.check("Purge", rec, value)
+            if refused is not None:
+                return f"{REFUSED_PREFIX}{refused.kind}): {refused.reason}"
+        index_purge(batch, k, peer, rec["below_offset"], batch.applied_ms)
         return None
 
     def _idle(self) -> None:

@@ -14,10 +14,10 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
 - A Send whose Ack or Purge is not below the GC point yet is *pending*: it stays where it is,
   below the cursor, and nothing is written for it (an index of pending Sends by message id
   cost a random-order write per Send, which LevelDB's compactions then kept rewriting).
-  Visiting an Ack or a Purge marks the partition for a *sweep* (:mod:`tidemark.replica.gc_state`):
-  at most every ``sweep_interval_ms``, the records left below the cursor are read again in
-  offset order and those now acked or purged below the point are released. Duplicate Sends
-  are therefore all released with their Ack.
+  Visiting an Ack (or a new Purge, below) marks the partition for a *sweep*
+  (:mod:`tidemark.replica.gc_state`): at most every ``sweep_interval_ms``, the records left
+  below the cursor are read again in offset order and those now acked or purged below the
+  point are released. Duplicate Sends are therefore all released with their Ack.
 - The Ack index entry is not removed when a Send is released: a copy appended later (a
   sender's retry) or a Send the Ack beat must still find it. When the Ack is visited, an
   expiry ``E k <due ms> <ack offset>`` is written; after ``ack_window_ms`` past the Ack's
@@ -29,8 +29,13 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
   ``E k <due ms> <batch offset> <4-byte index in the batch>`` -> the index suffix; both are
   read. An expiry is applied only once a sweep that started after its Ack was visited has
   finished.
-- A Purge index entry is dropped when a sweep that started after its Purge was visited
-  finishes: every Send before it has been decided by then.
+- Purges are not txlog records: ingest writes a Purge index entry ``U k peer NUL <offset>``
+  from the Purge the queues job keeps in ``queues`` (the operator appends it to ``purges``),
+  at the offset the Purge reaches and valued with when it came. A pass that finds an entry
+  in force (its offset below the GC point) and not above the cursor marks the partition for
+  a sweep (the Sends it reaches below the cursor are pending). The entry is dropped when a
+  sweep that started after it came finishes past its offset: every Send it reaches has been
+  decided by then, so no entry marks sweeps for good.
 - Stores from before sweeps hold ``W k ...`` pending entries: they are deleted (their Sends
   are still there, below the cursor, for the first sweep).
 - A DeliveryFailed record (a handler failure of the recipient, kept for delivery counts)
@@ -168,6 +173,9 @@ def collect(store: Store, partition: int, point: int, policy: ReleasePolicy, now
         if not finished:
             finished, visited = _visit(work, decider, policy, now_ms, budget, visited)
             blocked = not finished and state.blocked_at == state.cursor
+        if any(below <= state.cursor and below < point for below in decider.bounds):
+            state.dirty = True  # a Purge in force whose entry no sweep has served yet: the
+            #                     Sends it reaches below the cursor are pending
         if sweep_due(state, now_ms, policy.sweep_interval_ms):
             start_sweep(state, now_ms)
         if state.sweeping and (budget is None or visited < budget):
@@ -267,12 +275,15 @@ def _fields(readers: dict[bytes, Reader], value: bytes
     return None
 
 
-def _purging_peers(store: Store, k: int) -> set[bytes]:
-    """Peers with a Purge in the index of ``k`` (Purges are rare: a small set). Purges that
-    ingest adds during a pass lie at or above the base end, so above every GC point."""
-    prefix = purge_prefix(k)
-    return {key[len(prefix):-9] for key in store.db.iterator(prefix=prefix,
-                                                            include_value=False)}
+def _purge_index(store: Store, k: int) -> tuple[set[bytes], list[int]]:
+    """Peers with a Purge in the index of ``k`` (Purges are rare: a small set), and the
+    offset each entry reaches. A Purge that ingest adds during a pass is left to the next
+    one."""
+    prefix, peers, bounds = purge_prefix(k), set(), []
+    for key in store.db.iterator(prefix=prefix, include_value=False):
+        peers.add(key[len(prefix):-9])
+        bounds.append(_Q.unpack(key[-8:])[0])
+    return peers, bounds
 
 
 class _Decider:
@@ -282,7 +293,7 @@ class _Decider:
     def __init__(self, store: Store, k: int, point: int) -> None:
         self.store, self.point, self.get = store, point, store.db.get
         self.aprefix, self.uprefix = ack_prefix(k), purge_prefix(k)
-        self.purging = _purging_peers(store, k)
+        self.purging, self.bounds = _purge_index(store, k)
 
     def releases(self, peer: bytes, msg_id: bytes, offset: int) -> bool:
         acked = self.get(self.aprefix + peer + b"\0" + msg_id)
@@ -356,9 +367,11 @@ def _sweep(work: _Pass, decider: _Decider, now_ms: int, budget: int | None) -> i
         elif state.kept < 0:
             state.kept = off
         state.sweep_at = off + 1
-    for key in list(store.db.iterator(prefix=decider.uprefix, include_value=False)):
-        if _Q.unpack(key[-8:])[0] < state.horizon:
-            work.batch.delete(key)
+    for key, value in list(store.db.iterator(prefix=decider.uprefix)):
+        came = _Q.unpack(value)[0] if len(value) == 8 else 0
+        if _Q.unpack(key[-8:])[0] < state.horizon and came < state.started_ms:
+            work.batch.delete(key)  # every pass of this sweep had it: the Sends it reaches
+            #                         below the horizon are decided, those above visited
     finish_sweep(state, now_ms)
     return n
 

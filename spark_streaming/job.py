@@ -291,18 +291,20 @@ def start_query(spark: Any, settings: Settings, options: JobOptions,
         admission = AdmissionSpec.of(settings, resolve_trust(
             options.insecure, Path(options.state_dir) if options.state_dir else None))
     source = spark.readStream.format("kafka").options(**kafka_options(settings)) \
-        .option("subscribe", settings.topic("txlog")) \
+        .option("subscribe", f"{settings.topic('txlog')},{settings.topic('purges')}") \
         .option("startingOffsets", options.starting_offsets) \
         .option("failOnDataLoss", str(options.fail_on_data_loss).lower()) \
         .option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger)).load()
     # Grouping by txlog partition % groups (not by peer) keeps the per-group cost of the
     # Python state API to a few calls per batch; peers are MapState entries inside a group.
-    rows = source.select("key", "value", "partition", "offset")
+    from pyspark.sql.functions import col
+    # a purges record lands in the partition number of the peer's txlog partition
+    rows = source.select("key", "value", "partition", "offset",
+                         (col("topic") == settings.topic("purges")).alias("purge"))
     partitions = txlog_partitions(settings)
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))  # as spark_conf chose it
     groups = choose_groups(options.checkpoint, options.state_groups, shuffle, partitions)
     if groups < partitions:
-        from pyspark.sql.functions import col
         rows = rows.withColumn("state_group", (col("partition") % groups).cast("int"))
     out = rows.groupBy("state_group" if groups < partitions else "partition") \
         .transformWithStateInPandas(
@@ -317,20 +319,21 @@ def start_query(spark: Any, settings: Settings, options: JobOptions,
 
 
 def check_topics(settings: Settings) -> int:
-    """txlog and queues must exist with the same partition count; returns it."""
+    """txlog, queues and purges must exist with the same partition count; returns it."""
     from tidemark.log.offsets import watermarks
     counts = {}
-    for name in ("txlog", "queues", "deadletter"):
+    for name in ("txlog", "queues", "deadletter", "purges"):
         try:
             counts[name] = len(watermarks(settings, name))
         except (TidemarkError, KafkaException) as exc:
             raise QueuesError(f"cannot use topic {settings.topic(name)} on {settings.bootstrap}:"
                               f" {exc} (create the topics with `tidemark local up` or"
                               f" `tidemark topics create`)") from None
-    if counts["txlog"] != counts["queues"]:
-        raise QueuesError(f"{settings.topic('txlog')} has {counts['txlog']} partitions but"
-                          f" {settings.topic('queues')} has {counts['queues']}: queue records"
-                          " go to the partition of the txlog record they come from")
+    for name in ("queues", "purges"):
+        if counts["txlog"] != counts[name]:
+            raise QueuesError(f"{settings.topic('txlog')} has {counts['txlog']} partitions but"
+                              f" {settings.topic(name)} has {counts[name]}: {name} records go"
+                              " to the partition number of the peer's txlog partition")
     return counts["txlog"]
 
 

@@ -19,6 +19,7 @@ from tidemark.spark_streaming.transform import (
     LETTER,
     MARK,
     OUTPUT_COLUMNS,
+    PURGED,
     REFUSED_ENVIRONMENT,
     REFUSED_SIGNATURE,
     TOMBSTONE,
@@ -79,12 +80,12 @@ class BatchWriter:
                 "refused_signature": self.refused["signature"], "letters": self.letters}
 
     def _dead(self, key: bytes | None, value: bytes | None, reason: str, part: int,
-              offset: int, refused: str = "") -> None:
-        """Copy a record to deadletter (without its bytes if they are too large);
-        ``refused``: the admission refusal's kind, in a header."""
+              offset: int, refused: str = "", topic: str = "txlog") -> None:
+        """Copy a record of ``topic`` to deadletter (without its bytes if they are too
+        large); ``refused``: the admission refusal's kind, in a header."""
         headers = [("tidemark.reason", reason.encode()[:1000]),
                    ("tidemark.source", POISON_SOURCE.encode()),
-                   ("tidemark.topic", self.settings.topic("txlog").encode()),
+                   ("tidemark.topic", self.settings.topic(topic).encode()),
                    ("tidemark.partition", str(part).encode()),
                    ("tidemark.offset", str(offset).encode())]
         if refused:
@@ -170,7 +171,7 @@ class BatchWriter:
                 value = self._recount(key, sends.get((part, offset)), part, offset, count)
                 if value is None:
                     continue
-            if kind in (ENTRY, TOMBSTONE):
+            if kind in (ENTRY, TOMBSTONE, PURGED):
                 try:
                     produce(queues, key, value, partition=part)
                 except OversizedMessageError as exc:  # a Send near the size limit
@@ -183,11 +184,12 @@ class BatchWriter:
             elif kind == MARK:
                 top[part] = max(top.get(part, -1), offset)
             elif kind == DEAD:
-                self._dead(key, value, reason or "", part, offset)
+                self._dead(key, value, reason or "", part, offset, topic=_source(count))
                 dead += 1
             elif kind in (REFUSED_ENVIRONMENT, REFUSED_SIGNATURE):
                 why = kind.split("-", 1)[1]
-                self._dead(key, value, f"refused ({why}): {reason or ''}", part, offset, why)
+                self._dead(key, value, f"refused ({why}): {reason or ''}", part, offset, why,
+                           _source(count))
                 refused[why] += 1
         t1 = time.perf_counter()
         producer.flush()  # every row of the batch is acknowledged before its progress
@@ -211,6 +213,11 @@ class BatchWriter:
                         "flush_rows_ms": round((t2 - t1) * 1e3, 1),
                         "progress_ms": round((t3 - t2) * 1e3, 1)}
         self.batches += 1
+
+
+def _source(count: int) -> str:
+    """The topic of a dead or refused row (its ``count`` is 1 for a ``purges`` record)."""
+    return "purges" if count == 1 else "txlog"
 
 
 def _collect(df: Any) -> list[tuple[Any, ...]]:

@@ -43,6 +43,7 @@ __all__ = ["STATE_NAME", "KEY_SCHEMA", "VALUE_SCHEMA", "StateMaps", "MemoryMaps"
 #: The MapState's name and its Spark DDL (user key, value).
 STATE_NAME, KEY_SCHEMA, VALUE_SCHEMA = "queue_state", "key binary", "value binary"
 _ENTRY, _META, _CHUNK_VALUE = struct.Struct(">?qqi"), struct.Struct(">8q"), struct.Struct(">q")
+_FLOOR = struct.Struct(">q")
 _CHUNK_KEY = struct.Struct(">BQ")
 #: An early failure's reason is kept in the state up to this many bytes.
 REASON_BYTES = 1000
@@ -95,16 +96,19 @@ def entry_of(value: bytes | None) -> Entry | None:
 def meta_value(meta: PeerMeta) -> bytes:
     """A :class:`PeerMeta` as a value."""
     (d, e) = meta.fifos
-    return _META.pack(meta.clock, meta.queued, d.head, d.tail, d.head_until,
-                      e.head, e.tail, e.head_until)
+    value = _META.pack(meta.clock, meta.queued, d.head, d.tail, d.head_until,
+                       e.head, e.tail, e.head_until)
+    # the Purge floor only when there is one (a meta written before has none)
+    return value + _FLOOR.pack(meta.purged_below) if meta.purged_below >= 0 else value
 
 
 def meta_of(value: bytes | None) -> PeerMeta | None:
     """The inverse of :func:`meta_value`."""
     if value is None:
         return None
-    v = _META.unpack(value)
-    return PeerMeta(v[0], v[1], (Fifo(v[2], v[3], v[4]), Fifo(v[5], v[6], v[7])))
+    v = _META.unpack_from(value)
+    floor = _FLOOR.unpack_from(value, _META.size)[0] if len(value) > _META.size else -1
+    return PeerMeta(v[0], v[1], (Fifo(v[2], v[3], v[4]), Fifo(v[5], v[6], v[7])), floor)
 
 
 def chunk_value(chunk: Chunk) -> bytes:

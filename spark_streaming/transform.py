@@ -21,7 +21,15 @@ Output rows (:data:`OUTPUT_SCHEMA`) are:
   :class:`~tidemark.gossip.txlog_admission.TxlogAdmission` does not apply (another
   environment's; an Ack, Purge or DeliveryFailed not signed by who may write it), to copy to
   ``deadletter`` with the reason and count by kind;
+* ``purge``: an operator's Purge the batch applied, to keep in ``queues`` (``key`` = NUL
+  peer, ``value`` = the Purge, ``partition`` = the peer's txlog partition): the replicas
+  learn from it which Sends they may release;
 * ``mark``: one per txlog partition: the highest txlog offset the batch applied.
+
+Purges come from the ``purges`` topic (rows whose ``purge`` column is true; only the
+operator may write there), each reaching the Sends below an offset of the peer's txlog
+partition, and apply at that position among the peer's txlog events. A Purge in txlog is
+poison. A ``dead`` or refused row of a ``purges`` record has ``count`` 1.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from tidemark.log.queue_state import (
     PeerMeta,
     Ttl,
     plan_events,
+    purge_key,
     queue_key,
 )
 from tidemark.log.wire import Codec, RecordReader, default_codec
@@ -67,20 +76,21 @@ from tidemark.spark_streaming.state_layout import (
 )
 
 __all__ = ["OUTPUT_SCHEMA", "OUTPUT_COLUMNS", "INPUT_COLUMNS", "ENTRY", "TOMBSTONE", "DEAD",
-           "MARK", "LETTER", "REFUSED_ENVIRONMENT", "REFUSED_SIGNATURE", "REFUSED",
+           "MARK", "LETTER", "PURGED", "REFUSED_ENVIRONMENT", "REFUSED_SIGNATURE", "REFUSED",
            "apply_batch", "process_rows"]
 
-#: Columns the job selects from the Kafka source, in this order.
-INPUT_COLUMNS = ("key", "value", "partition", "offset")
+#: Columns the job selects from the Kafka source, in this order (``purge``: the row is from
+#: the ``purges`` topic, not txlog; optional, false when absent).
+INPUT_COLUMNS = ("key", "value", "partition", "offset", "purge")
 #: Spark DDL of the rows :func:`process_rows` returns.
 OUTPUT_SCHEMA = ("kind string, key binary, value binary, partition int, offset long,"
                  " reason string, count int")
 ENTRY, TOMBSTONE, DEAD, MARK, LETTER = "entry", "tombstone", "dead", "mark", "letter"
+PURGED = "purge"
 #: Output kinds of refused records, by refusal kind (``environment``, ``signature``).
 REFUSED_ENVIRONMENT, REFUSED_SIGNATURE = "refused-environment", "refused-signature"
 REFUSED = {"environment": REFUSED_ENVIRONMENT, "signature": REFUSED_SIGNATURE}
-_PEER_FIELD = {SEND: "recipient", ACK: "peer", PURGE: "peer", FAIL: "peer",
-               ACK_BATCH: "peer"}
+_PEER_FIELD = {SEND: "recipient", ACK: "peer", FAIL: "peer", ACK_BATCH: "peer"}
 #: Column names of the output rows, in :data:`OUTPUT_SCHEMA` order.
 OUTPUT_COLUMNS = ("kind", "key", "value", "partition", "offset", "reason", "count")
 _COLUMNS = list(OUTPUT_COLUMNS)
@@ -116,6 +126,21 @@ def _event(peer: str | None, decoded_name: str, record: dict[str, Any], offset: 
         raise ValueError("peer id with a NUL character (queue keys are peer NUL message id)")
     return Event(decoded_name, offset, int(record["timestamp_ms"]), mid,
                  record if decoded_name in (SEND, FAIL) else None)
+
+
+def _purge_event(peer: str | None, decoded_name: str, record: dict[str, Any], part: int
+                 ) -> Event:
+    """The event of one ``purges`` record: a Purge at the offset it reaches."""
+    if decoded_name != PURGE:
+        raise ValueError(f"a {decoded_name} record does not belong in purges")
+    if peer is None or record["peer"] != peer:
+        raise ValueError(f"key {peer!r} does not match the Purge's peer {record['peer']!r}")
+    if int(record["txlog_partition"]) != part or int(record["below_offset"]) < 0:
+        raise ValueError(f"a Purge of txlog/{record['txlog_partition']} below "
+                         f"{record['below_offset']} in purges/{part}")
+    if len(peer.encode()) > MAX_ID_BYTES or "\x00" in peer:
+        raise ValueError(f"peer id longer than {MAX_ID_BYTES} bytes or with a NUL")
+    return Event(PURGE, int(record["below_offset"]), int(record["timestamp_ms"]))
 
 
 def _peer_of(key: Any) -> str | None:
@@ -220,33 +245,51 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
     if reader is None or reader.codec is not codec:
         reader = _READERS[id(codec)] = RecordReader(codec, (SEND, ACK, PURGE, FAIL))
         # (an AckBatch is not flat: the codec decodes it, once per batch of acks)
+    purges = None
+    if "purge" in rows and rows["purge"].any():
+        purges, rows = rows[rows["purge"]], rows[~rows["purge"]]
     rows = rows.sort_values(["partition", "offset"], kind="stable")
     out: list[tuple[Any, ...]] = []
     events: dict[str, list[Event]] = {}
     where: dict[tuple[str, int], int] = {}  # (peer, txlog offset) -> txlog partition
-    for key, value, part, off in zip(rows["key"], rows["value"], rows["partition"],
-                                     rows["offset"], strict=True):
-        part, off = int(part), int(off)
-        peer = _peer_of(key)
-        try:
-            decoded = reader.decode(None if value is None else bytes(value))
-            if admission is not None and value is not None:
-                refused = admission.check(decoded.name, decoded.record, bytes(value))
-                if refused is not None:
-                    out.append((REFUSED[refused.kind],
-                                bytes(key) if key is not None and len(key) else None,
-                                bytes(value), part, off, refused.reason, 0))
-                    continue
-            found = _events(peer, decoded.name, decoded.record, off)
-        except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            out.append((DEAD, bytes(key) if key is not None and len(key) else None,
-                        None if value is None else bytes(value), part, off,
-                        f"{type(exc).__name__}: {exc}", 0))
-            continue
-        assert peer is not None
-        events.setdefault(peer, []).extend(found)
-        where[(peer, off)] = part
+    purged: dict[str, bytes] = {}  # peer -> its last Purge of the batch
+    for source in ((rows, False), (purges, True)) if purges is not None else ((rows, False),):
+        frame, from_purges = source
+        for key, value, part, off in zip(frame["key"], frame["value"], frame["partition"],
+                                         frame["offset"], strict=True):
+            part, off = int(part), int(off)
+            peer = _peer_of(key)
+            try:
+                decoded = reader.decode(None if value is None else bytes(value))
+                if admission is not None and value is not None:
+                    refused = admission.check(decoded.name, decoded.record, bytes(value))
+                    if refused is not None:
+                        out.append((REFUSED[refused.kind],
+                                    bytes(key) if key is not None and len(key) else None,
+                                    bytes(value), part, off, refused.reason, int(from_purges)))
+                        continue
+                found = ([_purge_event(peer, decoded.name, decoded.record, part)]
+                         if from_purges else _events(peer, decoded.name, decoded.record, off))
+            except (CodecError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                out.append((DEAD, bytes(key) if key is not None and len(key) else None,
+                            None if value is None else bytes(value), part, off,
+                            f"{type(exc).__name__}: {exc}", int(from_purges)))
+                continue
+            assert peer is not None
+            if from_purges:
+                purged[peer] = bytes(value)
+                where.setdefault((peer, found[0].offset), part)
+                # at its position among the peer's txlog events: after the Sends below it
+                mine = events.setdefault(peer, [])
+                mine.append(found[0])
+                mine.sort(key=lambda e: (e.offset, e.kind != PURGE))
+                continue
+            events.setdefault(peer, []).extend(found)
+            where[(peer, off)] = part
     changes = apply_batch(maps, events, ttl) if events else {}
+    for peer, value in sorted(purged.items()):
+        out.append((PURGED, purge_key(peer).encode(), value, where[(peer, next(
+            e.offset for e in reversed(events[peer]) if e.kind == PURGE))], -1, None, 0))
     sends: dict[int, bytes] | None = None  # txlog offset -> Send bytes, built for letters
     for peer in sorted(changes):
         last_part = where[(peer, events[peer][-1].offset)]
@@ -275,7 +318,7 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
                             change.delivery_count))
             else:
                 out.append((TOMBSTONE, qkey, None, last_part, -1, None, 0))
-    if len(rows):
+    if len(rows):  # txlog rows only: a purges offset is no txlog position
         for part, top in rows.groupby("partition")["offset"].max().items():
             out.append((MARK, None, None, int(part), int(top), None, 0))
     import pandas as pd

@@ -45,7 +45,7 @@ from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, STALL_TIMEOUT_
 from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import Transport
 from tidemark.gossip.txlog_admission import TxlogAdmission
-from tidemark.log.consumer import LogConsumer
+from tidemark.log.consumer import LogConsumer, read_to_end
 from tidemark.log.exceptions import CodecError
 from tidemark.log.offsets import end_offsets
 from tidemark.log.registry import env_value
@@ -58,7 +58,7 @@ from tidemark.peer_client.replay.entries import EntryReader
 from tidemark.peer_client.replay.follower import TxlogFollower
 from tidemark.peer_client.replay.tail import Tail
 
-__all__ = ["ReplicaReplayer", "ReplayFailedError", "read_tail"]
+__all__ = ["ReplicaReplayer", "ReplayFailedError", "read_tail", "read_purges"]
 
 log = logging.getLogger("peer_client.replay")
 
@@ -74,8 +74,10 @@ def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end:
     covered, plus the acks of the ``lookback_ms`` before ``start`` (an Ack may precede its
     Send). Only the peer's own records are decoded (they carry its key); with ``admission``
     (the peer's environment and, in secure mode, its CAs) only those the queues job would
-    apply are folded: a forged Ack in the tail does not hide a message from the replay."""
+    apply are folded: a forged Ack in the tail does not hide a message from the replay.
+    The peer's Purges come from ``purges`` (:func:`read_purges`), whatever the stretch."""
     tail = Tail(start, end)
+    read_purges(settings, peer_id, partition, tail, admission)
     if end <= start:
         return tail
     codec, key = peer_codec(), peer_id.encode("utf-8")
@@ -83,7 +85,7 @@ def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end:
     # told by their header and skipped undecoded; the others go through the generated readers
     send_header = MARKER + codec.fingerprint_of("Send")
     header = len(send_header)
-    reader = RecordReader(codec, ("Ack", "DeliveryFailed", "Purge"))
+    reader = RecordReader(codec, ("Ack", "DeliveryFailed"))  # a Purge in txlog is refused
     consumer = LogConsumer(settings, codec)
     try:
         first = _lookback_offset(consumer, settings, partition, start, lookback_ms)
@@ -114,6 +116,31 @@ def read_tail(settings: Settings, peer_id: str, partition: int, start: int, end:
     finally:
         consumer.close()
     return tail
+
+
+def read_purges(settings: Settings, peer_id: str, partition: int, tail: Tail,
+                admission: TxlogAdmission | None = None) -> None:
+    """Fold ``peer_id``'s Purges of txlog/``partition`` into ``tail``: its records in
+    ``purges/<partition>`` (compacted: the latest Purge of each peer, a few records a peer),
+    those the queues job would apply. The queues may lag a Purge (the job, or the replica's
+    copy of its tombstones): what it reaches is left out of the replay all the same."""
+    codec, key = peer_codec(), peer_id.encode("utf-8")
+    for msgs in read_to_end(settings, "purges", [partition]):
+        for msg in msgs:
+            value = msg.value()
+            if msg.key() != key or not value:
+                continue
+            try:
+                dec = codec.decode(value)
+            except CodecError:
+                continue
+            rec = dec.record
+            if dec.name != "Purge" or rec.get("peer") != peer_id or \
+                    rec.get("txlog_partition") != partition:
+                continue
+            if admission is not None and admission.check(dec.name, rec, value) is not None:
+                continue  # refused by the job too (dead-lettered)
+            tail.fold("Purge", rec, int(rec["below_offset"]))
 
 
 def _lookback_offset(consumer: LogConsumer, settings: Settings, partition: int, start: int,

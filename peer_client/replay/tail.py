@@ -61,7 +61,7 @@ class Tail:
                 self.terminated[record["message_id"]] = offset  # the last one
         elif acks_only:
             return
-        elif name == "Purge":
+        elif name == "Purge":  # from purges: ``offset`` is where it reaches in txlog
             self.purged_below = max(self.purged_below, offset)
         else:
             return

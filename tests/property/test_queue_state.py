@@ -359,3 +359,40 @@ def test_failures_before_their_send_count_when_it_comes() -> None:
     (dead,) = _batch(maps, [send(10, "b")], ttl)["p"]
     assert [(x.delivery_count, x.reason) for x in dead.letters] == [(3, "z")]
     assert maps.metas()["p"].queued == 1  # only "a"
+
+
+@st.composite
+def purged_streams(draw: st.DrawFn) -> tuple[list[Event], int]:
+    """One peer's txlog events (sends, duplicates, acks before and after) and the offset an
+    operator's Purge reaches."""
+    ids = [f"m{i}" for i in range(draw(st.integers(1, 6)))]
+    events = []
+    for offset in range(draw(st.integers(0, 30))):
+        kind = draw(st.sampled_from([SEND, SEND, SEND, ACK]))
+        record = {"message_id": "", "payload": b"x"} if kind == SEND else None
+        mid = draw(st.sampled_from(ids))
+        events.append(Event(kind, offset, offset, mid, record and {**record, "message_id": mid}))
+    return events, draw(st.integers(0, len(events)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(purged_streams(), st.integers(0, 3))
+def test_a_purge_read_before_the_sends_it_reaches_leaves_the_same_queue(
+        case: tuple[list[Event], int], cut: int) -> None:
+    """Purges come from a topic of their own, so the job may read one before, among or after
+    the Sends it reaches: the queue comes out the same as with the Purge at its position."""
+    events, below = case
+    purge = Event(PURGE, below, below)
+    ttl = Ttl(10**9, 10**9, 5)
+    at_position = [e for e in events if e.offset < below] + [purge] + \
+        [e for e in events if e.offset >= below]
+    early = min(cut, len(events))  # the Purge read after `early` events
+    read_first = events[:early] + [purge] + events[early:]
+    queues = []
+    for order in (at_position, read_first):
+        maps = MemoryMaps()
+        apply_batch(maps, {"p": order}, ttl)
+        queues.append({m for (p, m), e in _entries(maps).items() if e.queued})
+    assert queues[0] == queues[1]
+    assert all(e.offset >= below for e in events if e.kind == SEND
+               and e.message_id in queues[1])

@@ -155,7 +155,7 @@ def test_topics_create_document(tmp_path: Path) -> None:
     assert doc == {"bootstrap": "10.0.0.1:9092", "created": ["x.txlog"],
                    "topics": {"txlog": "x.txlog", "queues": "x.queues",
                               "directory": "x.directory", "config": "x.config",
-                              "deadletter": "x.deadletter"}}
+                              "deadletter": "x.deadletter", "purges": "x.purges"}}
 
 
 def test_a_cluster_change_prints_its_epoch(capsys: pytest.CaptureFixture[str]) -> None:

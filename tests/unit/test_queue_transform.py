@@ -215,3 +215,49 @@ def test_a_terminal_failure_dead_letters_at_once_an_older_peers_counts_one() -> 
     out = process_rows(frame, maps, Ttl(1000, 500))
     assert list(out[out.kind == LETTER].offset) == [0]   # "1" (its Send at 0): its term
     assert {k[1]: e.delivery_count for k, e in maps.entries().items() if e.queued} == {"2": 4}  # 2 on its Send, + 2
+
+
+def _purge(peer: str, partition: int, below: int) -> bytes:
+    return C.encode("Purge", {"peer": peer, "environment": "e", "timestamp_ms": 7,
+                              "txlog_partition": partition, "below_offset": below})
+
+
+def test_a_purge_from_purges_reaches_the_sends_below_its_offset_in_any_batch() -> None:
+    """The operator's Purge (a ``purges`` row) drops the Sends below the offset it reaches,
+    those of earlier batches, of its own and of later ones (purges read ahead of txlog), and
+    is kept in queues under the peer's purge key; a Purge in txlog is poison."""
+    from tidemark.log.queue_state import purge_key
+    from tidemark.spark_streaming.transform import PURGED
+    maps, ttl = MemoryMaps(), Ttl(10**9, 10**9)
+    process_rows(_frame([(b"a", _send("a", "0"), 0)]), maps, ttl)  # offset 0, batch 1
+    frame = _frame([(b"a", _send("a", "1"), 0), (b"a", _send("a", "2"), 0)])  # 0 and 1
+    frame["offset"] += 1  # txlog offsets 1 and 2
+    frame["purge"] = False
+    purge = pd.DataFrame([(b"a", _purge("a", 3, 4), 3, 0, True)],
+                         columns=["key", "value", "partition", "offset", "purge"])
+    out = process_rows(pd.concat([frame, purge], ignore_index=True), maps, ttl)
+    assert set(out[out.kind == TOMBSTONE].key) == {queue_key("a", "0").encode()}
+    kept = out[out.kind == PURGED]
+    assert list(kept.key) == [purge_key("a").encode()] and list(kept.partition) == [3]
+    assert C.decode(kept.value.iloc[0]).record["below_offset"] == 4
+    assert list(out[out.kind == MARK].offset) == [2]  # txlog's only: 0 is a purges offset
+    late = _frame([(b"a", _send("a", "3"), 0), (b"a", _send("a", "4"), 0)])
+    late["offset"] += 3  # offsets 3 (below the Purge: dropped) and 4 (after it: queued)
+    out = process_rows(late, maps, ttl)
+    assert list(out[out.kind == ENTRY].key) == [queue_key("a", "4").encode()]
+    assert {m for (p, m), e in maps.entries().items() if e.queued} == {"4"}
+    in_txlog = process_rows(_frame([(b"a", C.encode("Purge", {
+        "peer": "a", "environment": "e", "timestamp_ms": 8}), 0)]), maps, ttl)
+    assert list(in_txlog.kind) == [DEAD, MARK]
+    assert "a Purge record does not belong in txlog" in in_txlog.reason.iloc[0]
+
+
+def test_a_purge_row_that_does_not_match_its_partition_is_poison_from_purges() -> None:
+    maps = MemoryMaps()
+    purge = pd.DataFrame([(b"a", _purge("a", 1, 4), 3, 0, True),
+                          (b"b", _send("b", "x"), 3, 1, True)],
+                         columns=["key", "value", "partition", "offset", "purge"])
+    out = process_rows(purge, maps, Ttl(1000, 500))
+    dead = out[out.kind == DEAD]
+    assert len(dead) == 2 and set(dead["count"]) == {1}  # 1: from purges (the sink's header)
+    assert maps.entries() == {}

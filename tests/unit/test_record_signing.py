@@ -248,7 +248,7 @@ def test_an_ingest_step_applies_only_what_the_admission_admits(tmp_path: Path) -
     """The fast path keeps this environment's Sends; every other record is decoded and
     checked: refused ones are dead-lettered and counted, neither stored nor indexed."""
     from tidemark.log.settings import load_settings
-    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.ingest import PURGE_IN_TXLOG, Ingestor
     from tidemark.replica.keys import ack_key
     from tidemark.replica.store import Store
     settings = load_settings(env={"TIDEMARK_ENVIRONMENT": "prod"}, bootstrap="127.0.0.1:1",
@@ -269,18 +269,20 @@ def test_an_ingest_step_applies_only_what_the_admission_admits(tmp_path: Path) -
         encode("AckBatch", "billing", "prod", NOW, ("m-9",)),                   # 3 unsigned
         billing.seal(encode("Purge", "billing", "prod", NOW)),                  # 4 a peer's
         encode("Ack", "billing", "prod", NOW, ("m-8",)),                        # 5 unsignable
-        pki().signers["operator:alice"].seal(encode("Purge", "billing", "prod", NOW)),  # 6
+        # 6: an operator's Purge, but in txlog: only the purges topic carries Purges
+        pki().signers["operator:alice"].seal(encode("Purge", "billing", "prod", NOW)),
     ]
     topic = settings.topic("txlog")
     try:
         assert ingest._apply([_Msg(topic, i, b"billing", v) for i, v in enumerate(values)]) \
             == len(values)
-        assert [off for off, _ in store.records(0, 0, 10)] == [0, 2, 6]
+        assert [off for off, _ in store.records(0, 0, 10)] == [0, 2]
         assert store.db.get(ack_key(0, "billing", "m-1")) is not None
         assert store.db.get(ack_key(0, "billing", "m-9")) is None
         assert store.db.get(ack_key(0, "billing", "m-8")) is None
-        assert [off for off, _ in letters.sent] == [1, 3, 4, 5]
-        assert ingest.refused == {"environment": 1, "signature": 3} and ingest.poison == 0
+        assert [off for off, _ in letters.sent] == [1, 3, 4, 5, 6]
+        assert letters.sent[-1][1] == PURGE_IN_TXLOG
+        assert ingest.refused == {"environment": 1, "signature": 3} and ingest.poison == 1
         assert sorted(counted) == [("environment", 1), ("signature", 3)]
     finally:
         store.close()

@@ -12,7 +12,7 @@ import pytest
 from tidemark.log.wire import default_codec
 from tidemark.replica.config import ReleasePolicy
 from tidemark.replica.exceptions import StoreError
-from tidemark.replica.ingest import index_txlog
+from tidemark.replica.ingest import index_purge, index_txlog
 from tidemark.replica.release_policy import release
 from tidemark.replica.store import Store
 
@@ -37,14 +37,19 @@ def acks(mids: list[str] | tuple[str, ...], peer: str = "bob", ts: int = NOW - 1
                                  "environment": "default", "timestamp_ms": ts})
 
 
-def purge(peer: str, ts: int = NOW - 10_000) -> bytes:
-    return C.encode("Purge", {"peer": peer, "environment": "default", "timestamp_ms": ts})
+def purge(peer: str) -> tuple[str, str]:
+    """A Purge of ``peer`` where :func:`apply` meets it: reaching the Sends logged before
+    (the operator's Purges come through ``purges``; no txlog record, the offset stays a gap)."""
+    return ("purge", peer)
 
 
-def apply(store: Store, records: list[bytes], start: int = 0) -> None:
+def apply(store: Store, records: list[bytes | tuple[str, str]], start: int = 0) -> None:
     batch = store.batch()
     for i, value in enumerate(records):
-        assert index_txlog(batch, 0, start + i, value) is None
+        if isinstance(value, tuple):
+            index_purge(batch, 0, value[1], start + i, NOW - 10_000)
+        else:
+            assert index_txlog(batch, 0, start + i, value) is None
     batch.advance("txlog", 0, start, start + len(records))
     batch.commit()
 
@@ -79,15 +84,15 @@ def test_release_policy_rules(tmp_path: Path) -> None:
     store = Store(tmp_path / "s", "n1")
     apply(store, [send("acked"), send("unacked"), ack("acked"), send("purged", "eve"),
                   purge("eve"), send("late"), send("young", ts=NOW), ack("young", ts=NOW)])
-    policy = ReleasePolicy(min_age_ms=5_000)
+    policy = ReleasePolicy(min_age_ms=5_000, sweep_interval_ms=0)
     # GC point 2: the ack of "acked" (offset 2) is not below it yet, nothing is acked
     assert release(store, 0, 2, policy, NOW) == 0
     assert store.map("txlog", 0).floor == 2
     released = release(store, 0, 8, policy, NOW)
     left = {o for o, _ in store.records(0)}
-    # acked + its ack, purged send + the purge; "unacked" and "late" stay, and GC waits at
-    # the first record younger than min_age ("young", offset 6)
-    assert {0, 2, 3, 4}.isdisjoint(left) and left == {1, 5, 6, 7} and released == 4
+    # acked + its ack, the purged send (the Purge, at 4, is no txlog record); "unacked" and
+    # "late" stay, and GC waits at the first record younger than min_age ("young", offset 6)
+    assert {0, 2, 3}.isdisjoint(left) and left == {1, 5, 6, 7} and released == 3
     assert store.map("txlog", 0).floor == 6
     assert release(store, 0, 8, policy, NOW + 5_000) == 2  # now old enough, and acked
     assert {o for o, _ in store.records(0)} == {1, 5} and store.map("txlog", 0).floor == 8
@@ -118,7 +123,7 @@ def test_ack_and_purge_index_entries_do_not_leak(tmp_path: Path) -> None:
     store = Store(tmp_path / "s", "n1")
     apply(store, [send("a"), send("x", "eve"), ack("a"), purge("eve"), send("y", "eve")])
     policy = ReleasePolicy(ack_window_ms=60_000)
-    assert release(store, 0, 4, policy, NOW) == 4
+    assert release(store, 0, 4, policy, NOW) == 3  # a, x and the ack (the Purge: no record)
     assert _keys(store, b"U") == []            # the purge was applied: its entry goes
     assert len(_keys(store, b"A")) == 1        # kept for late copies, for ack_window_ms
     assert release(store, 0, 5, policy, NOW + 60_000) == 0  # "y" came after the purge

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tidemark.log.load import generate_load
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
-from tidemark.log.queue_state import is_progress_key, split_queue_key
+from tidemark.log.queue_state import is_progress_key, purge_key_peer, split_queue_key
 from tidemark.log.settings import Settings
 from tidemark.log.topics import delete_topic_set, ensure_topics
 from tidemark.stack.queues_job import JobProcess
@@ -102,7 +102,7 @@ class _EntryWatcher(threading.Thread):
                 if msg.error() or msg.value() is None:
                     continue
                 key = (msg.key() or b"").decode("utf-8", "replace")
-                if not is_progress_key(key):
+                if not is_progress_key(key) and purge_key_peer(key) is None:
                     self.arrived.setdefault(split_queue_key(key)[1], time.time())
         self.consumer.close()
 

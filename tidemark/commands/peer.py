@@ -131,9 +131,9 @@ def _purge(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     else:
-        print(f"purged {out['peer_id']} ({out['environment']}): Purge at txlog/"
-              f"{out['partition']}@{out['offset']}; its queue empties once the queues job"
-              f" has read it")
+        print(f"purged {out['peer_id']} ({out['environment']}): its Sends below txlog/"
+              f"{out['partition']}@{out['below']} (Purge at purges/{out['partition']}@"
+              f"{out['offset']}); its queue empties once the queues job has read it")
     return 0
 
 

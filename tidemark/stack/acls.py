@@ -4,17 +4,20 @@ user per role and the topic ACLs of each (Kafka's StandardAuthorizer refuses the
 ==========  =======================================  ==========================
 role        reads                                    writes
 ==========  =======================================  ==========================
-operator    everything (a super user: topics, ACLs, config epochs, Purges)
+operator    everything (a super user: topics, ACLs, config epochs, purges)
 replica     txlog, queues, directory, config,        deadletter, config (its own
-            deadletter                               genesis, rejoin and promotion)
+            deadletter, purges                       genesis, rejoin and promotion)
 job         txlog, queues, directory, config,        queues, deadletter
-            deadletter
-peer        txlog, directory, config, queues         txlog, directory
+            deadletter, purges
+peer        txlog, directory, config, queues,        txlog, directory
+            purges
 ==========  =======================================  ==========================
 
-Kafka cannot tell one txlog record from another: a peer may append any record to txlog.
-What it appends on another's behalf (an Ack, a Purge, a DeliveryFailed) is refused by the
-queues job and the replicas, which check each record's environment and signature.
+Only the operator appends to ``purges``: Kafka refuses a Purge from anyone else. Kafka cannot
+tell one txlog record from another: a peer may append any record to txlog. What it appends
+on another's behalf (an Ack, a DeliveryFailed) is refused by the queues job and the
+replicas, which check each record's environment and signature; a Purge in txlog is refused
+whoever signed it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ SUPER_ROLES = ("operator",)
 GRANTS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     "replica": {"read": TOPICS, "write": ("deadletter", "config")},
     "job": {"read": TOPICS, "write": ("queues", "deadletter")},
-    "peer": {"read": ("txlog", "directory", "config", "queues"), "write": ("txlog", "directory")},
+    "peer": {"read": ("txlog", "directory", "config", "queues", "purges"),
+             "write": ("txlog", "directory")},
 }
 
 
