@@ -26,7 +26,7 @@ from tidemark.log.consumer import read_to_end
 from tidemark.log.exceptions import CodecError
 from tidemark.log.load import LoadResult
 from tidemark.log.load import generate_load as _generate_load
-from tidemark.log.offsets import watermarks
+from tidemark.log.offsets import end_offsets, watermarks
 from tidemark.log.queue_fold import QueueFold, events_of
 from tidemark.log.queue_state import DEFAULT_DELIVERY_LIMIT, MAX_ID_BYTES, Ttl
 from tidemark.log.settings import Settings
@@ -334,6 +334,26 @@ def sealed(settings: Settings, name: str, record: dict[str, Any], *,
     return signer.seal(value)
 
 
+def operator_purge(settings: Settings, peer: str, *, environment: str | None = None,
+                   operator: str | None = "tests", partition: int | None = None) -> int:
+    """An operator's Purge of ``peer`` as ``tidemark peer purge`` appends it: to ``purges``,
+    reaching txlog's end in the peer's partition now (what was appended before must have
+    been flushed); returns that offset. ``operator`` None: signed by the peer itself (a
+    forgery); ``partition``: the txlog partition it claims (a forgery, when not the peer's)."""
+    from tidemark.log.partitioner import partition_for_peer
+    from tidemark.log.producer import LogProducer
+    part = partition_for_peer(peer, settings.partitions)
+    below = end_offsets(settings, "txlog", [part])[part]
+    producer = LogProducer(settings)
+    producer.produce_raw(settings.topic("purges"), peer, sealed(settings, "Purge", {
+        "peer": peer, "environment": environment or settings.environment,
+        "timestamp_ms": int(time.time() * 1000),
+        "txlog_partition": part if partition is None else partition, "below_offset": below},
+        operator=operator))
+    producer.flush(30)
+    return below
+
+
 class BackgroundLoad:
     """Rounds of :func:`~tidemark.log.load.generate_load` (half of each round's Sends acked)
     in a thread, ``pause_s`` apart, until :meth:`stop`: traffic that keeps flowing across a
@@ -375,7 +395,7 @@ class BackgroundLoad:
         return not self._thread.is_alive() and not self.errors
 
 
-_KINDS = ("Send", "Ack", "AckBatch", "Purge", "DeliveryFailed")  # what the job applies
+_KINDS = ("Send", "Ack", "AckBatch", "DeliveryFailed")  # what the job applies from txlog
 
 
 def job_admission(settings: Settings) -> TxlogAdmission:
@@ -420,8 +440,21 @@ def expected_queues(settings: Settings, timeout_s: float = 120.0,
         if admission.check(decoded.name, rec, msg.value()) is not None:
             continue  # refused (another environment, not signed by who may): not applied
         pending.setdefault(peer, []).extend(events_of(decoded.name, rec, msg.offset()))
+    for msg in (m for msgs in read_to_end(settings, "purges", timeout_s=timeout_s)
+                for m in msgs):  # the operator's Purges, each at the txlog offset it reaches
+        try:
+            peer, decoded = (msg.key() or b"").decode(), codec.decode(msg.value())
+        except (CodecError, UnicodeDecodeError):
+            continue
+        rec = decoded.record
+        if decoded.name != "Purge" or rec["peer"] != peer or rec["below_offset"] < 0 or \
+                rec["txlog_partition"] != msg.partition() or \
+                admission.check(decoded.name, rec, msg.value()) is not None:
+            continue
+        pending.setdefault(peer, []).extend(events_of("Purge", rec, msg.offset()))
     for peer, events in pending.items():  # one batch per peer: the model's result does not
-        fold.apply(peer, events)             # depend on batch bounds (test_queue_state.py)
+        events.sort(key=lambda e: (e.offset, e.kind != "Purge"))  # depend on batch bounds
+        fold.apply(peer, events)             # (test_queue_state.py)
     queues = {p: {send.message_id for send, _ in fold.queue(p)} for p in fold.peers}
     ends = {p: hi for p, (_, hi) in marks.items()}
     return {p: q for p, q in queues.items() if q}, ends, bad

@@ -14,6 +14,7 @@ import pytest
 from tests.support import wait_for
 from tidemark.bench.peer import bench_send
 from tidemark.log.consumer import read_to_end
+from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.settings import Settings
 from tidemark.peer_client import PeerOptions, message
 from tidemark.peer_client.direct import peer_status as ask_endpoint
@@ -72,7 +73,9 @@ def test_list_and_purge(fresh_settings: Settings) -> None:
             ask_endpoint(a.endpoint, "prod")  # another environment asking A directly
 
         out = purge_peer(fresh_settings, "B", "test")
-        assert out["peer_id"] == "B" and out["offset"] >= 5 and out["up"] is False
+        assert out["peer_id"] == "B" and out["up"] is False
+        assert out["partition"] == partition_for_peer("B", fresh_settings.partitions)
+        assert out["below"] >= 5  # txlog's end in B's partition: its 5 Sends are below
         with pytest.raises(UnknownPeerError, match="peer Z is not registered"):
             purge_peer(fresh_settings, "Z", "test")
         with pytest.raises(WrongEnvironmentError, match="registered in environment 'prod'"):
@@ -80,7 +83,12 @@ def test_list_and_purge(fresh_settings: Settings) -> None:
     codec = peer_codec()
     names = [codec.decode(m.value()).name for msgs in read_to_end(fresh_settings, "txlog")
              for m in msgs if m.key() == b"B"]
-    assert names == ["Send"] * 5 + ["Purge"]
+    assert names == ["Send"] * 5  # the Purge is not in txlog: in purges, B's partition
+    purges = [m for msgs in read_to_end(fresh_settings, "purges") for m in msgs]
+    assert [(m.key(), m.partition()) for m in purges] == [(b"B", out["partition"])]
+    rec = codec.decode(purges[0].value()).record
+    assert (rec["peer"], rec["txlog_partition"], rec["below_offset"]) == \
+        ("B", out["partition"], out["below"])
 
 
 def test_bench_send_reports_both_sides(fresh_settings: Settings) -> None:

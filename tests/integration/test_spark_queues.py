@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support import converge, expected_queues, sealed, tidemark_cli
+from tests.support import converge, expected_queues, operator_purge, sealed, tidemark_cli
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
@@ -80,8 +80,8 @@ def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProc
         send(peer, f"dup-{i}")            # counts once
     send("edge-3", "late-acked")
     ack("edge-3", "late-acked")
-    producer.produce_raw(settings.topic("txlog"), "edge-5", sealed(settings, "Purge", {
-        "peer": "edge-5", "environment": env, "timestamp_ms": now}, operator="tests"))
+    producer.flush()
+    operator_purge(settings, "edge-5")  # to purges: what edge-5 was sent so far
     send("edge-5", "after-purge")
     producer.flush()
     converge(job)

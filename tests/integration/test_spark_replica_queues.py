@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.replicas import current_epoch, replica_stack
-from tests.support import expected_queues, generate_load, sealed
+from tests.support import expected_queues, generate_load, operator_purge, sealed
 from tidemark.gossip.cluster_config import Epoch
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.producer import LogProducer
@@ -59,11 +59,9 @@ class Traffic:
                                         "environment": self.settings.environment,
                                         "timestamp_ms": int(time.time() * 1000)}))
 
-    def purge(self, peer: str) -> None:  # signed by an operator
-        self.producer.produce_raw(self.settings.topic("txlog"), peer, sealed(
-            self.settings, "Purge", {"peer": peer, "environment": self.settings.environment,
-                                     "timestamp_ms": int(time.time() * 1000)},
-            operator="tests"))
+    def purge(self, peer: str) -> None:  # an operator's, to purges: what was sent so far
+        self.producer.flush()
+        operator_purge(self.settings, peer)
 
     def flush(self) -> None:
         self.producer.flush()

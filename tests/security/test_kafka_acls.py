@@ -128,11 +128,12 @@ def _as(stack: LocalStack, role: str) -> Settings:
                          env={**os.environ, "TIDEMARK_STACK_ROLE": role})
 
 
-def _append(settings: Settings, topic: str) -> KafkaError | None:
+def _append(settings: Settings, topic: str, value: bytes = b"forged", key: bytes = b"k"
+            ) -> KafkaError | None:
     """Append one record to ``topic``; the delivery error (None: appended)."""
     errors: list[KafkaError | None] = []
     producer = Producer(settings.producer_config())
-    producer.produce(settings.topic(topic), b"forged", key=b"k",
+    producer.produce(settings.topic(topic), value, key=key,
                      on_delivery=lambda err, _msg: errors.append(err))
     producer.flush(60)
     assert errors, f"no delivery report for {topic} within 60 s"
@@ -144,9 +145,9 @@ def _count(settings: Settings, topic: str) -> int:
 
 
 @pytest.mark.parametrize("role, allowed, refused", [
-    ("peer", ("txlog", "directory"), ("config", "queues", "deadletter")),
-    ("job", ("queues", "deadletter"), ("txlog", "config", "directory")),
-    ("replica", ("deadletter",), ("txlog", "queues", "directory")),
+    ("peer", ("txlog", "directory"), ("config", "queues", "deadletter", "purges")),
+    ("job", ("queues", "deadletter"), ("txlog", "config", "directory", "purges")),
+    ("replica", ("deadletter",), ("txlog", "queues", "directory", "purges")),
 ])
 def test_each_role_appends_only_where_its_acls_allow(sasl_stack: LocalStack, role: str,
                                                      allowed: tuple[str, ...],
@@ -161,6 +162,24 @@ def test_each_role_appends_only_where_its_acls_allow(sasl_stack: LocalStack, rol
         assert _count(operator, topic) == before, f"{topic} changed"
     for topic in allowed:
         assert _append(settings, topic) is None, f"{role} could not append to {topic}"
+
+
+def test_a_peers_user_cannot_purge_and_the_operator_can(sasl_stack: LocalStack) -> None:
+    """Purges have a topic of their own that only the operator may write: a Purge from a
+    peer's credentials is refused by Kafka and nothing lands; the operator's is taken."""
+    from tidemark.log.partitioner import partition_for_peer
+    from tidemark.log.wire import default_codec
+    peer, operator = _as(sasl_stack, "peer"), _as(sasl_stack, "operator")
+    part = partition_for_peer("victim", peer.partitions)
+    value = default_codec().encode("Purge", {
+        "peer": "victim", "environment": peer.environment, "timestamp_ms": 1,
+        "txlog_partition": part, "below_offset": 1 << 40, "signer": b"", "signature": b""})
+    before = _count(operator, "purges")
+    err = _append(peer, "purges", value, b"victim")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    assert _count(operator, "purges") == before
+    assert _append(operator, "purges", value, b"victim") is None
+    assert _count(operator, "purges") == before + 1
 
 
 def test_an_unknown_role_is_one_clear_error(sasl_stack: LocalStack) -> None:

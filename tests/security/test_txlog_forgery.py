@@ -4,9 +4,11 @@ queues job, all secure): whoever may write txlog cannot make a message vanish.
 (a) Unsigned acks, an ack signed by another peer and an old single-id Ack for a message
 queued for a down peer are dead-lettered by the job and the replicas, the message stays in
 the peer's queue, and the peer still gets it by replay when it starts.
-(b) A Purge of another environment (signed by a valid operator) and a Purge signed by a peer
-are dead-lettered and the queue is unchanged; an operator's Purge of the right environment
-then empties it (the path itself works)."""
+(b) Purges live in their own topic, which only the operator's Kafka user may write
+(``tests/security/test_kafka_acls.py`` shows a peer's user refused there). An operator's
+signed Purge appended to txlog, a Purge of another environment (signed by a valid operator)
+and a Purge signed by a peer are dead-lettered and the queue is unchanged; an operator's
+Purge of the right environment then empties it (the path itself works)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,15 @@ from dataclasses import dataclass
 import pytest
 
 from tests.replicas import status
-from tests.support import converge, sealed, signers, wait_for
+from tests.support import converge, operator_purge, sealed, signers, wait_for
+from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
 from tidemark.log.wire import default_codec
 from tidemark.peer_client import MessageContext, message
 from tidemark.peer_client.peer import Peer
 from tidemark.peer_client.replay import ReplicaReplayer
+from tidemark.replica.ingest import PURGE_IN_TXLOG
 from tidemark.spark_streaming.deadletters import read_letters
 from tidemark.spark_streaming.depth import read_queues
 from tidemark.stack.launcher import LocalStack
@@ -49,6 +53,11 @@ def _post(settings: Settings, to: str, count: int) -> list[str]:
 
 def _unsigned(name: str, record: dict) -> bytes:
     return default_codec().encode(name, {**record, "signer": b"", "signature": b""})
+
+
+def _letters(settings: Settings, peer: str) -> list[str]:
+    """The reasons of the dead letters of ``peer``'s records."""
+    return [x.reason for x in read_letters(settings, peer)]
 
 
 def _refusals(settings: Settings, peer: str, kind: str) -> list[str]:
@@ -106,21 +115,28 @@ def test_cross_environment_and_peer_signed_purges_change_nothing(
     env, now = settings.environment, int(time.time() * 1000)
     ids = _post(settings, "keeper", 3)
     producer = LogProducer(settings)
-    txlog = settings.topic("txlog")
-    staging = {"peer": "keeper", "environment": "staging", "timestamp_ms": now}
-    producer.produce_raw(txlog, "keeper", sealed(settings, "Purge", staging, operator="ops"))
     own = {"peer": "keeper", "environment": env, "timestamp_ms": now}
-    producer.produce_raw(txlog, "keeper", sealed(settings, "Purge", own))  # signed by keeper
+    producer.produce_raw(settings.topic("txlog"), "keeper",  # an operator's, but in txlog
+                         sealed(settings, "Purge", own, operator="ops"))
     producer.flush(30)
+    operator_purge(settings, "keeper", environment="staging", operator="ops")
+    operator_purge(settings, "keeper", operator=None)  # signed by keeper itself
+    operator_purge(settings, "keeper", operator="ops",  # another partition's
+                   partition=(partition_for_peer("keeper", settings.partitions) + 1)
+                   % settings.partitions)
     converge(job)
     assert read_queues(settings).queues.get("keeper") == set(ids)
-    wait_for(lambda: len(_refusals(settings, "keeper", "environment")) >= 3, 60, 0.5,
-             "the environment refusals")
-    assert _refusals(settings, "keeper", "environment").count("spark-queues") == 1
-    assert _refusals(settings, "keeper", "signature").count("spark-queues") == 1
+    wait_for(lambda: len(_letters(settings, "keeper")) >= 5, 60, 0.5,
+             "the refusals: the job's four, and the replicas' of the Purge in txlog")
+    assert _refusals(settings, "keeper", "environment") == ["spark-queues"]
+    assert _refusals(settings, "keeper", "signature") == ["spark-queues"]
+    reasons = _letters(settings, "keeper")
+    assert sum("does not belong in txlog" in r for r in reasons) == 1  # the job's
+    assert sum(PURGE_IN_TXLOG in r for r in reasons) >= 2  # both replicas of the partition
+    assert sum("in purges/" in r for r in reasons) == 1  # the job's: not the peer's partition
 
-    producer.produce_raw(txlog, "keeper", sealed(settings, "Purge", own, operator="ops"))
-    producer.flush(30)
+    below = operator_purge(settings, "keeper", operator="ops")
+    assert below >= 3
     converge(job)
     assert not read_queues(settings).queues.get("keeper")  # an operator's Purge counts
     assert job.alive, job.log_tail()
