@@ -348,7 +348,7 @@ def test_lookups_right_after_a_broker_kill(healthy: LocalStack, tmp_path: Path) 
                                                      in before_queues.items()}
     assert end_offsets(settings, "txlog", [0, 1]) == {p: before_txlog[p][1] for p in (0, 1)}
     assert topic_partitions(settings, "txlog") == list(range(PARTITIONS))
-    assert require_topics(settings) == {t: (PARTITIONS if t in ("txlog", "queues") else
+    assert require_topics(settings) == {t: (PARTITIONS if t in ("txlog", "queues", "purges") else
                                             1 if t == "config" else 3) for t in TOPICS}
     assert describe_topics(settings)[settings.topic("txlog")]["partitions"] == PARTITIONS
     from tidemark.log.inspect import count_txlog

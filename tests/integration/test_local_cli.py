@@ -47,7 +47,7 @@ def test_up_status_topics(cli_stack: Path) -> None:
     assert status["bootstrap"] == ",".join(b["address"] for b in status["brokers"])
     assert status["replicas"] == [] and status["spark"] is None
     info = describe_topics(LocalStack(cli_stack).settings())
-    assert len(info) == 5
+    assert len(info) == 6
     assert all(t["replication_factor"] == 3 and t["min.insync.replicas"] == 2
                for t in info.values())
 
