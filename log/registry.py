@@ -143,8 +143,8 @@ SETTINGS: tuple[Setting, ...] = (
             "which Kafka user of a `local up --sasl` stack this process signs in as:"
             " operator, replica, job or peer"),
     Setting("topic_prefix", "TIDEMARK_TOPIC_PREFIX", "str", "tidemark.",
-            "prefix of the five topic names"),
-    Setting("partitions", "TIDEMARK_PARTITIONS", "int", 12, "txlog and queues partitions"),
+            "prefix of the six topic names"),
+    Setting("partitions", "TIDEMARK_PARTITIONS", "int", 12, "txlog, queues and purges partitions"),
     Setting("replication_factor", "TIDEMARK_REPLICATION_FACTOR", "int", 3,
             "replication factor of every topic"),
     Setting("min_insync_replicas", "TIDEMARK_MIN_INSYNC_REPLICAS", "int", 2,
