@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests import cluster
-from tests.support import wait_for
+from tests.support import converge, operator_purge, wait_for
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.peer import Peer
@@ -243,3 +243,34 @@ def test_the_readme_peer_example_runs_as_written_with_replay(
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "shipping got o-1 from shop (live: True)" in proc.stdout, proc.stdout
         assert "shipping got o-2 from shop" in proc.stdout and "sent " in proc.stdout
+
+
+def test_a_purge_the_queues_have_not_applied_is_left_out_of_the_replay(
+        replicas_job: tuple[LocalStack, JobProcess]) -> None:
+    """The operator purges D while the queues job is stopped (the replicas' queues still
+    hold D's 50 messages): D's replay reads its Purge from ``purges`` and delivers only the
+    10 messages sent after it, once each. (Last in the module: it stops and restarts the
+    module's job.)"""
+    s, job = replicas_job
+    settings = s.settings()
+    with Peer("A2", None, settings) as a:
+        for i in range(50):
+            a.post("D", Tick(i))
+        assert a.flush(60)
+        converge(job)  # the queues hold D's 50
+        job.stop()
+        try:
+            below = operator_purge(settings, "D")
+            assert below >= 50
+            for i in range(50, 60):
+                a.post("D", Tick(i))
+            assert a.flush(60)
+            seen = Seen()
+            with _peer(s, "D", seen) as d:
+                assert d.phase is Phase.NORMAL  # the replay and the handover are over
+                wait_for(lambda: seen.count() >= 10, 120, 0.05, "D handling what came after")
+                assert seen.ns() == list(range(50, 60)), "a purged message was replayed"
+        finally:
+            job.start()
+    converge(job)  # the job applies the Purge it had not read: D's queue is empty
+    assert seen.count() == 10 and job.alive, job.log_tail()
