@@ -35,9 +35,10 @@ def cli_stack(tmp_path_factory: pytest.TempPathFactory):
     if os.environ.get("TIDEMARK_BOOTSTRAP"):
         pytest.skip("this test starts its own stack through the CLI")
     state = tmp_path_factory.mktemp("cli") / "state"
-    tidemark("local", "up", "--brokers", "3", state=state)
-    yield state
-    tidemark("local", "down", state=state, check=False)
+    with cluster.elsewhere():  # a plaintext cluster of its own: the session's users stay out
+        tidemark("local", "up", "--brokers", "3", state=state)
+        yield state
+        tidemark("local", "down", state=state, check=False)
 
 
 def test_up_status_topics(cli_stack: Path) -> None:

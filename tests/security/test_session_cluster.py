@@ -57,11 +57,11 @@ def _assert_replica_user(stack: LocalStack) -> None:
     admin = AdminClient(settings.admin_config())
     found = admin.describe_acls(AclBindingFilter(
         ResourceType.TOPIC, settings.topic("config"), ResourcePatternType.LITERAL,
-        "User:replica", None, AclOperation.WRITE, AclPermissionType.ALLOW)).result(timeout=30)
+        "User:replica", "*", AclOperation.WRITE, AclPermissionType.ALLOW)).result(timeout=30)
     assert found, "the replica user has no WRITE on the stack's config topic"
     txlog = admin.describe_acls(AclBindingFilter(
         ResourceType.TOPIC, settings.topic("txlog"), ResourcePatternType.LITERAL,
-        "User:replica", None, AclOperation.WRITE, AclPermissionType.ALLOW)).result(timeout=30)
+        "User:replica", "*", AclOperation.WRITE, AclPermissionType.ALLOW)).result(timeout=30)
     assert not txlog, "the replica user may append to txlog"
     nodes = [spec for spec in stack.processes() if spec.kind == "replica"]
     assert nodes
