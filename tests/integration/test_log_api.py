@@ -25,13 +25,16 @@ def _read_all(settings: Settings, topic: str, partitions: int) -> list:
 def test_topics_are_durable(fresh_settings: Settings) -> None:
     info = describe_topics(fresh_settings)
     assert set(info) == {fresh_settings.topic(t) for t in
-                         ("txlog", "queues", "directory", "config", "deadletter")}
+                         ("txlog", "queues", "directory", "config", "deadletter", "purges")}
     for name, row in info.items():
         assert row["replication_factor"] == 3, name
         assert row["min.insync.replicas"] == 2, name
         assert row["unclean.leader.election.enable"] == "false", name
     assert info[fresh_settings.topic("queues")]["cleanup.policy"] == "compact"
     assert info[fresh_settings.topic("directory")]["cleanup.policy"] == "compact"
+    purges = info[fresh_settings.topic("purges")]  # a peer's latest Purge, for good
+    assert purges["cleanup.policy"] == "compact"
+    assert purges["partitions"] == info[fresh_settings.topic("txlog")]["partitions"]
     assert info[fresh_settings.topic("config")]["partitions"] == 1
     check_replication(fresh_settings)
 

@@ -288,6 +288,46 @@ def test_an_ingest_step_applies_only_what_the_admission_admits(tmp_path: Path) -
         store.close()
 
 
+def test_ingest_indexes_an_operators_purge_from_queues_and_refuses_others(
+        tmp_path: Path) -> None:
+    """A Purge reaches the replicas through queues (the job keeps the latest of each peer
+    under its purge key): ingest writes its Purge index entry at the offset it reaches; one
+    under another key, of another partition, of another environment or signed by a peer is
+    dead-lettered and indexes nothing."""
+    from tidemark.log.queue_state import purge_key
+    from tidemark.log.settings import load_settings
+    from tidemark.replica.ingest import Ingestor
+    from tidemark.replica.keys import purge_prefix
+    from tidemark.replica.store import Store
+    settings = load_settings(env={"TIDEMARK_ENVIRONMENT": "prod"}, bootstrap="127.0.0.1:1",
+                             topic_prefix="sg.", partitions=1)
+    store = Store(tmp_path / "s", "n1")
+    ingest = Ingestor(settings, store, "n1", admission=admission())
+    ingest.consumer.close()
+    ingest.deadletters.close()
+    letters = ingest.deadletters = _Letters()  # type: ignore[assignment]
+    ops, billing = pki().signers["operator:alice"], pki().signers["peer:prod:billing"]
+
+    def purge(env: str = "prod", part: int = 0, below: int = 7) -> bytes:
+        return C.encode("Purge", {"peer": "billing", "environment": env, "timestamp_ms": NOW,
+                                  "txlog_partition": part, "below_offset": below,
+                                  "signer": b"", "signature": b""})
+    key = purge_key("billing").encode()
+    msgs = [(key, ops.seal(purge())),                        # 0 indexed at 7
+            (b"\0other", ops.seal(purge(below=9))),          # 1 another peer's key
+            (key, ops.seal(purge(part=1, below=9))),         # 2 another partition
+            (key, ops.seal(purge(env="staging", below=9))),  # 3 another environment
+            (key, billing.seal(purge(below=9)))]             # 4 a peer's signature
+    topic = settings.topic("queues")
+    try:
+        ingest._apply([_Msg(topic, i, k, v) for i, (k, v) in enumerate(msgs)])
+        entries = [k for k, _ in store.db.iterator(prefix=purge_prefix(0))]
+        assert entries == [purge_prefix(0) + b"billing\0" + (7).to_bytes(8, "big")]
+        assert [off for off, _ in letters.sent] == [1, 2, 3, 4]
+    finally:
+        store.close()
+
+
 def test_a_peers_acker_signs_its_ack_batches_and_failures() -> None:
     """What the peer's Acker appends with its transport's seal passes the admission."""
     from collections import Counter
