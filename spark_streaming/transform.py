@@ -287,9 +287,6 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
             events.setdefault(peer, []).extend(found)
             where[(peer, off)] = part
     changes = apply_batch(maps, events, ttl) if events else {}
-    for peer, value in sorted(purged.items()):
-        out.append((PURGED, purge_key(peer).encode(), value, where[(peer, next(
-            e.offset for e in reversed(events[peer]) if e.kind == PURGE))], -1, None, 0))
     sends: dict[int, bytes] | None = None  # txlog offset -> Send bytes, built for letters
     for peer in sorted(changes):
         last_part = where[(peer, events[peer][-1].offset)]
@@ -318,6 +315,11 @@ def process_rows(rows: pd.DataFrame, maps: StateMaps, ttl: Ttl,
                             change.delivery_count))
             else:
                 out.append((TOMBSTONE, qkey, None, last_part, -1, None, 0))
+    # each applied Purge after the peer's tombstones: in its queues partition, a reader that
+    # sees the Purge has seen them
+    for peer, value in sorted(purged.items()):
+        last = next(e.offset for e in reversed(events[peer]) if e.kind == PURGE)
+        out.append((PURGED, purge_key(peer).encode(), value, where[(peer, last)], -1, None, 0))
     if len(rows):  # txlog rows only: a purges offset is no txlog position
         for part, top in rows.groupby("partition")["offset"].max().items():
             out.append((MARK, None, None, int(part), int(top), None, 0))

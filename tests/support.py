@@ -36,7 +36,7 @@ from tidemark.stack.processes import Child
 
 __all__ = ["wait_for", "Job", "PeerScript", "serve_peer", "HandlerRecord", "HandlerLog",
            "post", "restart_recipient", "acked_by", "ROOT", "expected_queues",
-           "BackgroundLoad", "tidemark_cli", "converge"]
+           "BackgroundLoad", "tidemark_cli", "converge", "operator_purge", "wait_purge_applied"]
 
 #: The repository root (peer scripts run there, so that they import the checkout).
 ROOT = Path(__file__).resolve().parents[1]
@@ -352,6 +352,23 @@ def operator_purge(settings: Settings, peer: str, *, environment: str | None = N
         operator=operator))
     producer.flush(30)
     return below
+
+
+def wait_purge_applied(settings: Settings, peer: str, below: int,
+                       timeout: float = 240.0) -> None:
+    """Wait until the queues job has applied ``peer``'s Purge reaching ``below``: the copy it
+    keeps in ``queues`` (written after the peer's tombstones, in the same partition). A
+    Purge moves no txlog progress, so waiting on the job's progress does not cover it."""
+    from tidemark.log.partitioner import partition_for_peer
+    from tidemark.log.queue_state import purge_key
+    key, part = purge_key(peer).encode(), partition_for_peer(peer, settings.partitions)
+    codec = default_codec()
+
+    def applied() -> bool:
+        return any(m.key() == key and m.value() and
+                   codec.decode(m.value()).record["below_offset"] >= below
+                   for msgs in read_to_end(settings, "queues", [part]) for m in msgs)
+    wait_for(applied, timeout, 0.5, f"the queues job applying the Purge of {peer}")
 
 
 class BackgroundLoad:

@@ -15,6 +15,7 @@ import pytest
 from tests import cluster
 from tests.support import HandlerLog, PeerScript
 from tidemark.log.topics import delete_topic_set
+from tidemark.stack.acls import grant_roles
 from tidemark.stack.launcher import LocalStack
 
 # A recipient in its own process. argv: state dir, peer id, record file (HandlerLog),
@@ -69,6 +70,8 @@ def external_stack(request: pytest.FixtureRequest, tmp_path: Path, bootstrap: st
     monkeypatch.setenv("TIDEMARK_TOPIC_PREFIX", f"{letter}{uuid.uuid4().hex[:8]}.")
     monkeypatch.setenv("TIDEMARK_PARTITIONS", "4")
     s = LocalStack(folder)
+    if cluster.roles():  # the stack's Spark job signs in as `job`: its ACLs on this prefix
+        grant_roles(s.settings())
     try:
         yield s
     finally:

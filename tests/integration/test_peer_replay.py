@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests import cluster
-from tests.support import converge, operator_purge, wait_for
+from tests.support import converge, operator_purge, wait_for, wait_purge_applied
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.peer import Peer
@@ -272,5 +272,6 @@ def test_a_purge_the_queues_have_not_applied_is_left_out_of_the_replay(
                 assert seen.ns() == list(range(50, 60)), "a purged message was replayed"
         finally:
             job.start()
-    converge(job)  # the job applies the Purge it had not read: D's queue is empty
+    converge(job)
+    wait_purge_applied(settings, "D", below)  # the job applies the Purge it had not read
     assert seen.count() == 10 and job.alive, job.log_tail()

@@ -13,7 +13,14 @@ import time
 
 import pytest
 
-from tests.support import converge, expected_queues, operator_purge, sealed, tidemark_cli
+from tests.support import (
+    converge,
+    expected_queues,
+    operator_purge,
+    sealed,
+    tidemark_cli,
+    wait_purge_applied,
+)
 from tidemark.log.consumer import LogConsumer
 from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
@@ -81,10 +88,11 @@ def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProc
     send("edge-3", "late-acked")
     ack("edge-3", "late-acked")
     producer.flush()
-    operator_purge(settings, "edge-5")  # to purges: what edge-5 was sent so far
+    below = operator_purge(settings, "edge-5")  # to purges: what edge-5 was sent so far
     send("edge-5", "after-purge")
     producer.flush()
     converge(job)
+    wait_purge_applied(settings, "edge-5", below)
     expected, _, bad = expected_queues(settings)
     assert bad == 3
     view = read_queues(settings)

@@ -19,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.replicas import current_epoch, replica_stack
-from tests.support import expected_queues, generate_load, operator_purge, sealed
+from tests.support import (
+    expected_queues,
+    generate_load,
+    operator_purge,
+    sealed,
+    wait_for,
+    wait_purge_applied,
+)
 from tidemark.gossip.cluster_config import Epoch
 from tidemark.gossip.service import ReplicaClient
 from tidemark.log.producer import LogProducer
@@ -45,6 +52,7 @@ class Traffic:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.producer = LogProducer(settings)
+        self.purged: dict[str, int] = {}  # peer -> the txlog offset its Purge reaches
 
     def send(self, peer: str, mid: str) -> None:
         self.producer.produce("txlog", peer, "Send", {
@@ -61,7 +69,7 @@ class Traffic:
 
     def purge(self, peer: str) -> None:  # an operator's, to purges: what was sent so far
         self.producer.flush()
-        operator_purge(self.settings, peer)
+        self.purged[peer] = operator_purge(self.settings, peer)
 
     def flush(self) -> None:
         self.producer.flush()
@@ -81,20 +89,31 @@ def _replica_queue(client: ReplicaClient, epoch: Epoch, peer: str, env: str
     return out
 
 
-def _check(settings: Settings, job: JobProcess, peers: set[str]) -> dict[str, set[str]]:
+def _check(settings: Settings, job: JobProcess, peers: set[str],
+           purged: dict[str, int]) -> dict[str, set[str]]:
     try:
         job.wait_for_progress(600)
     except QueuesError as exc:
         pytest.fail(str(exc))
+    for peer, below in purged.items():  # a Purge moves no txlog progress
+        wait_purge_applied(settings, peer, below)
     expected, _, _ = expected_queues(settings)
     client = ReplicaClient()
     try:
         epoch = current_epoch(settings)
-        for peer in sorted(peers | set(expected)):
-            copy = _replica_queue(client, epoch, peer, settings.environment)
-            ids = [mid for _, mid in copy]
-            assert [o for o, _ in copy] == sorted({o for o, _ in copy}), peer  # txlog order
-            assert len(ids) == len(set(ids)) and set(ids) == expected.get(peer, set()), peer
+
+        def differs() -> str | None:  # the first peer whose copy is not the model yet
+            for peer in sorted(peers | set(expected)):
+                copy = _replica_queue(client, epoch, peer, settings.environment)
+                ids = [mid for _, mid in copy]
+                assert [o for o, _ in copy] == sorted({o for o, _ in copy}), peer  # log order
+                assert len(ids) == len(set(ids)), peer
+                if set(ids) != expected.get(peer, set()):
+                    return peer
+            return None
+        # the node ingests the job's queues records after the progress it has seen (the
+        # tombstones of a Purge the job applied later, say): its copy may lag a moment
+        wait_for(lambda: differs() is None, 120, 0.5, "the node's copy equal to the model")
     finally:
         client.close()
     return expected
@@ -122,7 +141,7 @@ def test_replica_copy_of_the_jobs_queues_is_the_model(stack: LocalStack, tmp_pat
     job = JobProcess(settings, tmp_path / "checkpoint", tmp_path / "job.log").start()
     try:
         peers = {"purged", "down", *(f"edge-{i}" for i in range(4)), *load.peers}
-        expected = _check(settings, job, peers)
+        expected = _check(settings, job, peers, t.purged)
         assert expected["purged"] == {"after-purge"} and len(expected["down"]) == 3000
         for i in range(0, 3000, 3):
             t.ack("down", f"backlog-{i}")         # tombstones for a third of the backlog
@@ -130,7 +149,7 @@ def test_replica_copy_of_the_jobs_queues_is_the_model(stack: LocalStack, tmp_pat
             t.send("down", f"later-{i}")
         t.ack("edge-2", "dup-2")
         t.flush()
-        expected = _check(settings, job, peers)
+        expected = _check(settings, job, peers, t.purged)
         assert len(expected["down"]) == 2100
         assert job.alive, job.log_tail()
     finally:
