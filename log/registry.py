@@ -19,10 +19,16 @@ from typing import Any
 from tidemark.log.exceptions import ConfigError
 
 __all__ = ["Setting", "SETTINGS", "setting", "parse", "env_value", "check_environment",
-           "markdown_table", "parse_duration_ms", "KAFKA_CLIENT_PREFIX"]
+           "markdown_table", "parse_duration_ms", "KAFKA_CLIENT_PREFIX", "client_env"]
 
 #: ``TIDEMARK_KAFKA_SASL_USERNAME=x`` passes ``sasl.username=x`` to every Kafka client.
 KAFKA_CLIENT_PREFIX = "TIDEMARK_KAFKA_"
+
+
+def client_env(client: Mapping[str, str]) -> dict[str, str]:
+    """Kafka client settings (``sasl.username``...) as the ``TIDEMARK_KAFKA_*`` variables
+    that ``load_settings`` reads back (``TIDEMARK_KAFKA_SASL_USERNAME``...)."""
+    return {KAFKA_CLIENT_PREFIX + k.upper().replace(".", "_"): v for k, v in client.items()}
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

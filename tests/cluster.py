@@ -42,8 +42,7 @@ def roles() -> dict[str, dict[str, str]]:
 def client_env(role: str = "operator") -> dict[str, str]:
     """``role``'s Kafka client settings as ``TIDEMARK_KAFKA_*`` variables (for a
     subprocess, or ``load_settings(env=...)``); empty on a plaintext cluster."""
-    return {registry.KAFKA_CLIENT_PREFIX + k.upper().replace(".", "_"): v
-            for k, v in _ROLES.get(role, {}).items()}
+    return registry.client_env(_ROLES.get(role, {}))
 
 
 def settings(**overrides: Any) -> Settings:

@@ -169,8 +169,7 @@ class LocalStack:
         """The Kafka client settings (SASL) of ``role``'s user as ``TIDEMARK_KAFKA_*``
         variables, and the role itself (``TIDEMARK_STACK_ROLE``)."""
         client = self.state.get("roles", {}).get(role) or self.state.get("client", {})
-        out = {registry.KAFKA_CLIENT_PREFIX + k.upper().replace(".", "_"): v
-               for k, v in client.items()}
+        out = registry.client_env(client)
         out[registry.setting("stack_role").env] = role
         return out
 
