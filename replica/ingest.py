@@ -44,6 +44,7 @@ from tidemark.log.wire import (
     txlog_scanners,
 )
 from tidemark.replica import queue_index
+from tidemark.replica.ack_ranges import put_acks
 from tidemark.replica.batch import Batch
 from tidemark.replica.deadletter import DeadLetters
 from tidemark.replica.keys import (
@@ -97,11 +98,13 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
     elif name == "Ack":
         batch.put_record(partition, offset, value)
         batch.wb.put(ack_key(partition, rec["peer"], rec["message_id"]), _Q.pack(offset))
-    elif name == "AckBatch":  # one index entry per id, each naming the batch's offset
+    elif name == "AckBatch":  # one index entry per id, or one for its range
         batch.put_record(partition, offset, value)
-        at, peer, put = _Q.pack(offset), rec["peer"], batch.wb.put
-        for mid in rec["message_ids"]:
-            put(ack_key(partition, peer, mid), at)
+        k = int(rec.get("txlog_partition", -1))
+        span = (k, int(rec.get("first_offset", -1)), int(rec.get("last_offset", -1))) \
+            if k >= 0 else None
+        put_acks(batch.wb.put, partition, offset, rec["peer"].encode(),
+                 [mid.encode() for mid in rec["message_ids"]], span)
     elif name == "Purge":
         return PURGE_IN_TXLOG
     elif name == "DeliveryFailed":  # a handler failure: kept like the Sends it counts
@@ -294,11 +297,9 @@ class Ingestor:
                         continue
                 elif admission is None and value is not None and value[:10] == batch_head:
                     fields = scan_batch(value)
-                    if fields is not None:  # an AckBatch: one Ack index key per id
+                    if fields is not None:  # an AckBatch: one key per id, or for its range
                         put_record(k, off, value)
-                        head, at = aprefix + fields[1] + b"\0", qpack(off)
-                        for mid in fields[2]:
-                            put(head + mid, at)
+                        put_acks(put, k, off, fields[1], fields[2], fields[4])
                         continue
                 reason = index_txlog(batch, k, off, value, decode, admission)
             else:

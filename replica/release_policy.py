@@ -29,6 +29,9 @@ it is aged from that moment instead (a sender's clock cannot hold GC back for go
   ``E k <due ms> <batch offset> <4-byte index in the batch>`` -> the index suffix; both are
   read. An expiry is applied only once a sweep that started after its Ack was visited has
   finished.
+- A range ack (an AckBatch with a range, :mod:`tidemark.replica.ack_ranges`) is indexed by
+  one key for the range; a Send it covers is acked by it. Visiting it writes one expiry,
+  ``E k <due ms> <batch offset> R`` -> the range key, dropped like a batch's.
 - Purges are not txlog records: ingest writes a Purge index entry ``U k peer NUL <offset>``
   from the Purge the queues job keeps in ``queues`` (the operator appends it to ``purges``),
   at the offset the Purge reaches and valued with when it came. A pass that finds an entry
@@ -66,6 +69,7 @@ from tidemark.log.wire import (
     default_codec,
     txlog_readers,
 )
+from tidemark.replica.ack_ranges import RangeIndex, range_key, ranged
 from tidemark.replica.batch import Batch
 from tidemark.replica.config import ReleasePolicy
 from tidemark.replica.gc_state import (
@@ -92,7 +96,8 @@ _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _OLD_PENDING = b"W"           # the pending index of stores from before sweeps
 _BATCH = b"B"                 # ends the key of an AckBatch's expiry (one per id before)
-BatchFields = AckBatchFields  # ``(ACK_BATCH, peer, [message ids], timestamp_ms)``
+_RANGE = b"R"                 # ends the key of a range ack's expiry (its value: the range key)
+BatchFields = AckBatchFields  # ``(ACK_BATCH, peer, [message ids], timestamp_ms, span)``
 
 
 @dataclass(frozen=True)
@@ -234,7 +239,15 @@ def _expire_acks(work: _Pass, now_ms: int, budget: int | None) -> int:
         at = key[len(prefix) + 8:len(prefix) + 16]  # the Ack (or AckBatch) offset
         if _Q.unpack(at)[0] >= work.state.swept:
             break  # a pending Send may still need it (expiries come in about log order)
-        suffixes = expiry_suffixes(value) if key[len(prefix) + 16:] == _BATCH else [value]
+        kind = key[len(prefix) + 16:]
+        if kind == _RANGE:  # a range ack's: one key
+            work.batch.delete(value)
+            work.batch.delete(key)
+            n += 1
+            work.ops += 2
+            work.maybe_commit()
+            continue
+        suffixes = expiry_suffixes(value) if kind == _BATCH else [value]
         n += len(suffixes)
         for suffix in suffixes:  # each unless a later Ack took the entry over
             work.batch.delete_if(aprefix + suffix, at)
@@ -248,7 +261,7 @@ def _fields(readers: dict[bytes, Reader], value: bytes
             ) -> Fields | BatchFields | None:
     """``(kind, peer, message id, timestamp)`` of a stored record: the fast reader for the
     current schemas, the codec for anything else (an older writer schema); for an AckBatch
-    ``(ACK_BATCH, peer, [message ids], timestamp)``; None if nothing can read it (ingest
+    ``(ACK_BATCH, peer, [message ids], timestamp, span)``; None if nothing can read it (ingest
     never stores such a record)."""
     read = readers.get(value[:10])
     if read is not None:
@@ -266,8 +279,11 @@ def _fields(readers: dict[bytes, Reader], value: bytes
     if dec.name == "Ack":
         return ACK, rec["peer"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
     if dec.name == "AckBatch":
+        k = int(rec.get("txlog_partition", -1))
+        span = (k, int(rec.get("first_offset", -1)), int(rec.get("last_offset", -1))) \
+            if k >= 0 else None
         return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
-                rec["timestamp_ms"])
+                rec["timestamp_ms"], span)
     if dec.name == "Purge":
         return PURGE, rec["peer"].encode(), b"", rec["timestamp_ms"]
     if dec.name == "DeliveryFailed":  # counts a delivery of (peer, message id): goes like one
@@ -287,15 +303,19 @@ def _purge_index(store: Store, k: int) -> tuple[set[bytes], list[int]]:
 
 
 class _Decider:
-    """Whether a Send (or DeliveryFailed) may go at GC point ``point``: acked below it, or
-    its recipient purged between it and the point."""
+    """Whether a Send (or DeliveryFailed) may go at GC point ``point``: acked below it (by
+    id or by a range), or its recipient purged between it and the point."""
 
     def __init__(self, store: Store, k: int, point: int) -> None:
         self.store, self.point, self.get = store, point, store.db.get
         self.aprefix, self.uprefix = ack_prefix(k), purge_prefix(k)
         self.purging, self.bounds = _purge_index(store, k)
+        self.ranges = RangeIndex(self.get, lambda prefix: list(store.db.iterator(
+            prefix=prefix, include_value=False)), k)
 
     def releases(self, peer: bytes, msg_id: bytes, offset: int) -> bool:
+        if self.ranges.acked(peer, msg_id, offset, self.point):
+            return True
         acked = self.get(self.aprefix + peer + b"\0" + msg_id)
         return (acked is not None and _Q.unpack(acked)[0] < self.point) or (
             peer in self.purging and _purged_between(self.store, self.uprefix + peer + b"\0",
@@ -316,7 +336,7 @@ def _visit(work: _Pass, decider: _Decider, policy: ReleasePolicy, now_ms: int,
         if fields is None:  # never stored by ingest; keep it, move on
             state.cursor = off + 1
             continue
-        kind, peer, msg_id, ts = fields  # msg_id: the ids of an AckBatch
+        kind, peer, msg_id, ts = fields[:4]  # msg_id: the ids of an AckBatch
         if ts > old_enough:
             if state.blocked_at != off:
                 state.blocked_at, state.blocked_ms = off, now_ms
@@ -333,7 +353,10 @@ def _visit(work: _Pass, decider: _Decider, policy: ReleasePolicy, now_ms: int,
             state.dirty = True
             at = _Q.pack(off)
             expiry = _expiry_prefix(k) + _Q.pack(max(0, ts + policy.ack_window_ms)) + at
-            if isinstance(msg_id, list):
+            span = fields[4] if len(fields) > 4 else None  # type: ignore[misc]
+            if isinstance(msg_id, list) and span is not None and ranged(k, msg_id, span):
+                work.batch.put(expiry + _RANGE, range_key(k, peer, span[1], span[2], off))
+            elif isinstance(msg_id, list):
                 work.batch.put(expiry + _BATCH, batch_expiry(peer, msg_id))
                 visited += max(0, len(msg_id) - 1)  # a batch weighs its ids in the budget
             elif get(aprefix + peer + b"\0" + msg_id) == at:

@@ -20,7 +20,8 @@ SCHEMA_NAMES = (
 #: Earlier versions of evolved schemas, still accepted as writer schemas: (name, file stem).
 HISTORY = (("Send", "Send.v1"), ("PeerDescriptor", "PeerDescriptor.v1"),
            ("DirectBatch", "DirectBatch.v1"), ("DirectBatch", "DirectBatch.v2"),
-           ("AckBatch", "AckBatch.v1"), ("Purge", "Purge.v1"), ("Purge", "Purge.v2"),
+           ("AckBatch", "AckBatch.v1"), ("AckBatch", "AckBatch.v2"),
+           ("Purge", "Purge.v1"), ("Purge", "Purge.v2"),
            ("DeliveryFailed", "DeliveryFailed.v1"), ("DeliveryFailed", "DeliveryFailed.v2"))
 
 

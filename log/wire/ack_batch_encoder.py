@@ -1,7 +1,9 @@
 """The AckBatch a peer appends per batch of handled persistent messages, encoded without the
 generic codec.
 
-Only the ids and ``timestamp_ms`` change between a peer's batches: the header, ``peer`` and
+Only the ids, ``timestamp_ms`` and the range (``span``: the txlog partition and the first
+and last offset of a range ack, :mod:`tidemark.peer_client.acks`) change between a peer's
+batches: the header, ``peer`` and
 ``environment`` are encoded once. The result is fastavro's bytes: this is checked once at
 construction, which raises ``RuntimeError`` if it ever differs (the schema evolved and this
 encoder did not). With a ``seal`` (:mod:`tidemark.log.wire.signed`: the peer's signing step)
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidemark.log.exceptions import CodecError, UnknownSchemaError
+from tidemark.log.wire.ack_batch_scanner import Span
 from tidemark.log.wire.codec import MARKER, Codec
 from tidemark.log.wire.signed import Sealer
 from tidemark.log.wire.varints import LENGTHS, length_bytes, varint, zigzag_long
@@ -21,12 +24,15 @@ from tidemark.log.wire.varints import LENGTHS, length_bytes, varint, zigzag_long
 __all__ = ["AckBatchEncoder"]
 
 #: ids and timestamps that take :meth:`AckBatchEncoder.encode_fast` through each branch
-_PROBES: tuple[tuple[list[str], int], ...] = (
-    (["probe-\u00e9" * 9, "m-1", ""], 1 << 41), (["x" * 9000], -1), ([], 0))
+_PROBES: tuple[tuple[list[str], int, Span | None], ...] = (
+    (["probe-\u00e9" * 9, "m-1", ""], 1 << 41, None), (["x" * 9000], -1, (3, 0, 1 << 40)),
+    ([], 0, (0, 7, 7)))
+_NO_SPAN = zigzag_long(-1) * 3  # txlog_partition, first_offset, last_offset: -1 (no range)
 
 
 class AckBatchEncoder:
-    """``encode(message_ids, now_ms)``: this peer's encoded AckBatch of ``message_ids``."""
+    """``encode(message_ids, now_ms, span=None)``: this peer's encoded AckBatch of
+    ``message_ids`` (a range ack when ``span`` is ``(txlog partition, first, last)``)."""
 
     def __init__(self, codec: Codec, peer_id: str, environment: str,
                  seal: Sealer | None = None) -> None:
@@ -45,14 +51,15 @@ class AckBatchEncoder:
     def _check(self) -> None:
         """Raise ``RuntimeError`` unless :meth:`encode_fast` writes what fastavro writes on
         probes that reach each of its branches (the schema changed and this encoder did not)."""
-        for ids, ts in _PROBES:
+        for ids, ts, span in _PROBES:
             record = {"peer": self.peer_id, "environment": self.environment,
-                      "message_ids": ids, "timestamp_ms": ts, "signer": b"", "signature": b""}
+                      "message_ids": ids, "timestamp_ms": ts, **_span_fields(span),
+                      "signer": b"", "signature": b""}
             try:
-                same = self.encode_fast(ids, ts) == self._codec.encode_with_fastavro(
+                same = self.encode_fast(ids, ts, span) == self._codec.encode_with_fastavro(
                     "AckBatch", record)
                 if same and self._seal is not None:  # the sealed record is fastavro's too
-                    sealed = self._seal(self.encode_fast(ids, ts))
+                    sealed = self._seal(self.encode_fast(ids, ts, span))
                     got = self._codec.decode(sealed).record
                     same = sealed == self._codec.encode_with_fastavro("AckBatch", got)
             except (TypeError, ValueError, KeyError, CodecError):
@@ -61,8 +68,10 @@ class AckBatchEncoder:
                 raise RuntimeError("AckBatchEncoder does not write what fastavro writes for the"
                                    " AckBatch schema: update it with the schema")
 
-    def encode_fast(self, message_ids: Sequence[str], now_ms: int) -> bytes:
-        """The AckBatch from the constant parts: one array block, then the timestamp."""
+    def encode_fast(self, message_ids: Sequence[str], now_ms: int,
+                    span: Span | None = None) -> bytes:
+        """The AckBatch from the constant parts: one array block, the timestamp, the
+        range."""
         try:
             parts = [self._head, varint(len(message_ids) << 1)] if message_ids else [self._head]
             for mid in message_ids:
@@ -72,23 +81,39 @@ class AckBatchEncoder:
                 parts.append(raw)
             parts.append(b"\0")
             parts.append(zigzag_long(now_ms))
+            if span is None:
+                parts.append(_NO_SPAN)
+            else:
+                k, first, last = span
+                if not 0 <= k < 1 << 31:
+                    raise ValueError(f"txlog partition {k} is not an Avro int")
+                parts.append(zigzag_long(k) + zigzag_long(first) + zigzag_long(last))
             parts.append(b"\0\0")  # signer and signature: empty (unsigned)
             return b"".join(parts)
         except (UnicodeEncodeError, ValueError):
-            return self._unsigned_with_codec(message_ids, now_ms)
+            return self._unsigned_with_codec(message_ids, now_ms, span)
 
-    def encode_sealed(self, message_ids: Sequence[str], now_ms: int) -> bytes:
+    def encode_sealed(self, message_ids: Sequence[str], now_ms: int,
+                      span: Span | None = None) -> bytes:
         """:meth:`encode_fast`, then signed by the peer's ``seal`` (one signature per batch)."""
         assert self._seal is not None
-        return self._seal(self.encode_fast(message_ids, now_ms))
+        return self._seal(self.encode_fast(message_ids, now_ms, span))
 
-    def encode_with_codec(self, message_ids: Sequence[str], now_ms: int) -> bytes:
+    def encode_with_codec(self, message_ids: Sequence[str], now_ms: int,
+                          span: Span | None = None) -> bytes:
         """The AckBatch through the codec (the reference), sealed if the encoder seals."""
-        value = self._unsigned_with_codec(message_ids, now_ms)
+        value = self._unsigned_with_codec(message_ids, now_ms, span)
         return value if self._seal is None else self._seal(value)
 
-    def _unsigned_with_codec(self, message_ids: Sequence[str], now_ms: int) -> bytes:
+    def _unsigned_with_codec(self, message_ids: Sequence[str], now_ms: int,
+                             span: Span | None = None) -> bytes:
         return self._codec.encode("AckBatch", {
             "peer": self.peer_id, "environment": self.environment,
-            "message_ids": list(message_ids), "timestamp_ms": now_ms, "signer": b"",
-            "signature": b""})
+            "message_ids": list(message_ids), "timestamp_ms": now_ms, **_span_fields(span),
+            "signer": b"", "signature": b""})
+
+
+def _span_fields(span: Span | None) -> dict[str, int]:
+    """The range fields of an AckBatch record (-1 each without a range)."""
+    k, first, last = span if span is not None else (-1, -1, -1)
+    return {"txlog_partition": k, "first_offset": first, "last_offset": last}

@@ -1,13 +1,14 @@
 """Fast structural reader for AckBatch values (a peer's acks, one record per batch of ids).
 
-An AckBatch holds ``peer``, ``environment``, the array ``message_ids`` and ``timestamp_ms``.
-Ingest writes one Ack index key per id, ``peer\\0message_id``; GC visits the ids in order.
-Both only need the ids' UTF-8 bytes, so :func:`scan_ack_batch` walks the Avro body and
-slices them out, without building the record or a ``str`` per id. It checks what the codec
-would: every length and block count, that the strings are valid UTF-8, that the timestamp
-varint (and any field appended to the schema with a default) ends the value exactly.
-Whatever it cannot vouch for returns ``None``, and the caller falls back to the full
-decode, which names the problem (dead letter) or accepts the record.
+An AckBatch holds ``peer``, ``environment``, the array ``message_ids``, ``timestamp_ms`` and,
+since range acks, ``txlog_partition``, ``first_offset`` and ``last_offset``. Ingest writes one
+Ack index key per id, ``peer\\0message_id`` (or one range key for a range ack); GC visits the
+ids in order. Both only need the ids' UTF-8 bytes and the range, so :func:`scan_ack_batch`
+walks the Avro body and slices them out, without building the record or a ``str`` per id.
+It checks what the codec would: every length and block count, that the strings are valid
+UTF-8, that the timestamp varint (and any field appended to the schema with a default) ends
+the value exactly. Whatever it cannot vouch for returns ``None``, and the caller falls back
+to the full decode, which names the problem (dead letter) or accepts the record.
 
 ``tests/property/wire/test_scanners.py`` checks it against the codec.
 """
@@ -22,17 +23,20 @@ from tidemark.log.wire.codec import MARKER, Codec
 from tidemark.log.wire.varints import read_long
 from tidemark.log.wire.walk import Tail, appended_kind, tail_check, walk_strings
 
-__all__ = ["ACK_BATCH", "AckBatchFields", "AckBatchScanner", "ack_batch_scanner",
+__all__ = ["ACK_BATCH", "AckBatchFields", "Span", "AckBatchScanner", "ack_batch_scanner",
            "ack_batch_header", "scan_ack_batch"]
 
 #: The kind of an AckBatch among :mod:`tidemark.log.wire.scanners`' SEND, ACK and PURGE.
 ACK_BATCH = 3
-#: ``(ACK_BATCH, peer, [message ids], timestamp_ms)``, as UTF-8 bytes.
-AckBatchFields = tuple[int, bytes, list[bytes], int]
+#: ``(ACK_BATCH, peer, [message ids], timestamp_ms, span)``, the strings as UTF-8 bytes;
+#: ``span`` is ``(txlog partition, first offset, last offset)`` of a range ack, else None.
+AckBatchFields = tuple[int, bytes, list[bytes], int, "Span | None"]
+Span = tuple[int, int, int]
 AckBatchScanner = Callable[[bytes], "AckBatchFields | None"]
 
 _BASE = [("peer", "string"), ("environment", "string"),
          ("message_ids", {"type": "array", "items": "string"}), ("timestamp_ms", "long")]
+_RANGE = [("txlog_partition", "int"), ("first_offset", "long"), ("last_offset", "long")]
 
 
 def _ids(v: bytes, p: int) -> tuple[list[bytes], int] | None:
@@ -73,16 +77,19 @@ def ack_batch_scanner(fields: list[dict[str, Any]]) -> AckBatchScanner | None:
     the base layout followed by walkable fields with defaults."""
     if [(f["name"], f["type"]) for f in fields[:len(_BASE)]] != _BASE:
         return None
-    extras = [appended_kind(f) for f in fields[len(_BASE):]]
+    at = len(_BASE)
+    ranged = [(f["name"], f["type"]) for f in fields[at:at + len(_RANGE)]] == _RANGE
+    extras = [appended_kind(f) for f in fields[at + (len(_RANGE) if ranged else 0):]]
     if any(k is None for k in extras):
         return None
     kinds = tuple(k for k in extras if k is not None)
-    return _scanner(tail_check(0, kinds) if kinds else _no_extras)
+    return _scanner(tail_check(0, kinds) if kinds else _no_extras, ranged)
 
 
-def _scanner(tail: Tail) -> AckBatchScanner:
+def _scanner(tail: Tail, ranged: bool = False) -> AckBatchScanner:
     def scan(v: bytes) -> AckBatchFields | None:
-        """``(ACK_BATCH, peer, ids, timestamp)`` of a well-formed AckBatch; else None."""
+        """``(ACK_BATCH, peer, ids, timestamp, span)`` of a well-formed AckBatch; else
+        None."""
         walked = walk_strings(v, 10, 2)  # peer, environment
         if walked is None:
             return None
@@ -92,12 +99,21 @@ def _scanner(tail: Tail) -> AckBatchScanner:
                 return None
             ids, p = got
             ts, p = read_long(v, p)
+            span: Span | None = None
+            if ranged:
+                k, p = read_long(v, p)
+                first, p = read_long(v, p)
+                last, p = read_long(v, p)
+                if not -(1 << 31) <= k < 1 << 31:
+                    return None  # not an Avro int: the codec refuses it
+                if k >= 0:
+                    span = (k, first, last)
         except (IndexError, UnicodeDecodeError):
             return None
         if p > len(v) or not tail(v, p):
             return None
         a, b = walked[1][0]
-        return ACK_BATCH, v[a:b], ids, ts
+        return ACK_BATCH, v[a:b], ids, ts, span
     return scan
 
 

@@ -27,19 +27,23 @@ CODEC = default_codec()
 HEADER = ack_batch_header(CODEC)
 text = st.text(max_size=80)
 longs = st.integers(-(1 << 63), (1 << 63) - 1)
+#: no range (-1s, as written without one) or any range, well-formed or not (the scanner
+#: reports it; ingest decides whether it indexes by it)
+spans = st.just((-1, -1, -1)) | st.tuples(st.integers(-(1 << 31), (1 << 31) - 1), longs, longs)
 
 
 def batches() -> st.SearchStrategy[bytes]:
     """AckBatches as peers write them: unsigned (empty signer and signature) or signed (a
     certificate and a signature of any length: the scanner walks them, never checks them)."""
-    return st.builds(lambda p, e, ids, ts, signer, sig: CODEC.encode("AckBatch", {
+    return st.builds(lambda p, e, ids, ts, span, signer, sig: CODEC.encode("AckBatch", {
         "peer": p, "environment": e, "message_ids": ids, "timestamp_ms": ts,
+        "txlog_partition": span[0], "first_offset": span[1], "last_offset": span[2],
         "signer": signer, "signature": sig}),
-        text, text, st.lists(text, max_size=150), longs, st.binary(max_size=600),
+        text, text, st.lists(text, max_size=150), longs, spans, st.binary(max_size=600),
         st.binary(max_size=80))
 
 
-def expected(value: bytes) -> tuple[int, bytes, list[bytes], int] | None:
+def expected(value: bytes) -> tuple[int, bytes, list[bytes], int, tuple | None] | None:
     """What the codec reads from ``value`` (None: it is a dead letter)."""
     try:
         dec = CODEC.decode(value)
@@ -48,8 +52,9 @@ def expected(value: bytes) -> tuple[int, bytes, list[bytes], int] | None:
     if dec.name != "AckBatch":
         return None
     rec = dec.record
+    k = rec["txlog_partition"]
     return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
-            rec["timestamp_ms"])
+            rec["timestamp_ms"], (k, rec["first_offset"], rec["last_offset"]) if k >= 0 else None)
 
 
 def test_the_current_schema_has_a_scanner() -> None:
@@ -78,6 +83,7 @@ def _blocks(peer: str, ids: list[str], sizes: list[int], ts: int, sized: bool,
         out.append(body)
     out.append(b"\0")
     out.append(zigzag_long(ts))
+    out.append(zigzag_long(-1) * 3)  # no range
     out.append(zigzag_long(len(signer)) + signer + zigzag_long(len(signature)) + signature)
     return b"".join(out)
 
@@ -102,10 +108,15 @@ def test_arrays_in_several_blocks_read_like_the_codec(ids: list[str], data: st.D
 def test_poison_examples() -> None:
     good = CODEC.encode("AckBatch", {"peer": "p", "environment": "default",
                                      "message_ids": ["m-1", "m-2"], "timestamp_ms": 7})
-    assert scan_ack_batch(good) == (ACK_BATCH, b"p", [b"m-1", b"m-2"], 7)
+    assert scan_ack_batch(good) == (ACK_BATCH, b"p", [b"m-1", b"m-2"], 7, None)
+    ranged = CODEC.encode("AckBatch", {"peer": "p", "environment": "default",
+                                       "message_ids": ["m-1"], "timestamp_ms": 7,
+                                       "txlog_partition": 2, "first_offset": 40,
+                                       "last_offset": 90})
+    assert scan_ack_batch(ranged) == (ACK_BATCH, b"p", [b"m-1"], 7, (2, 40, 90))
     bad_utf8 = good.replace(b"m-2", b"m\xff2")
     assert scan_ack_batch(bad_utf8) is None and expected(bad_utf8) is None
-    assert good.endswith(b"\0\0")  # unsigned: signer and signature empty
+    assert good.endswith(b"\1\1\1\0\0")  # no range (-1s); unsigned: signer, signature empty
     count_at = 10 + 2 + 8  # after the header, "p" and "default"
     assert good[count_at] == 4  # two ids, zigzag-encoded
     huge_count = good[:count_at] + zigzag_long(1 << 40) + good[count_at + 1:]
@@ -135,7 +146,7 @@ def test_appended_fields_are_walked(ids: list[str], x: str | None, y: int,
     assert WIDE_SCAN is not None
     value = WIDE_CODEC.encode("AckBatch", {"peer": "p", "environment": "e", "message_ids": ids,
                                            "timestamp_ms": 3, "x": x, "y": y})
-    assert WIDE_SCAN(value) == (ACK_BATCH, b"p", [m.encode() for m in ids], 3)
+    assert WIDE_SCAN(value) == (ACK_BATCH, b"p", [m.encode() for m in ids], 3, None)
     assert WIDE_SCAN(value[:data.draw(st.integers(10, len(value) - 1))]) is None
 
 

@@ -118,9 +118,13 @@ def test_the_ack_batch_encoder_writes_what_fastavro_writes(
         peer: str, environment: str, ids: list[str], timestamps: list[int]) -> None:
     enc = AckBatchEncoder(CODEC, peer, environment)
     assert enc.encode == enc.encode_fast
-    for ts in timestamps:
+    for i, ts in enumerate(timestamps):
         assert enc.encode(ids, ts) == CODEC.encode_with_fastavro("AckBatch", {
             "peer": peer, "environment": environment, "message_ids": ids, "timestamp_ms": ts})
+        span = (i, abs(ts) % (1 << 62), ts)  # a range ack's fields (any longs)
+        assert enc.encode(ids, ts, span) == CODEC.encode_with_fastavro("AckBatch", {
+            "peer": peer, "environment": environment, "message_ids": ids, "timestamp_ms": ts,
+            "txlog_partition": span[0], "first_offset": span[1], "last_offset": span[2]})
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=BIG)

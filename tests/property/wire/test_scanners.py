@@ -67,8 +67,10 @@ def expected(value: bytes) -> bytes | tuple | None:
         return None
     if dec.name == "AckBatch":
         rec = dec.record
+        k = rec["txlog_partition"]
         return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
-                rec["timestamp_ms"])
+                rec["timestamp_ms"],
+                (k, rec["first_offset"], rec["last_offset"]) if k >= 0 else None)
     if dec.name == "Ack":
         return f"{dec.record['peer']}\0{dec.record['message_id']}".encode()
     if dec.name == "Purge":
