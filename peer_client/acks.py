@@ -7,6 +7,14 @@ out of exactly one returned batch, in the order added. :func:`chunks` cuts a lon
 into AckBatch records that stay far below Kafka's record limit. :class:`Acker` is the peer's
 I/O around them: it appends each batch that became due as one AckBatch record, and a
 DeliveryFailed record per failed persistent message.
+
+**Range acks.** A message whose txlog position the peer knows (a replayed one: its queue
+entry names the Send's partition and offset) is acked in a batch of its own, appended with
+the range it spans (``txlog_partition``, the lowest and the highest offset of its ids'
+Sends). The record still lists the ids, so the queues job and a peer's replay tail read it
+as the Acks of those ids, as before; replicas index it by one key for the range instead of
+one per id, and GC releases a Send the range covers when its id is listed
+(:mod:`tidemark.replica.ack_ranges`). Live messages (no txlog position yet) are acked by id.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any, Generic, TypeVar
 from tidemark.peer_client.ports import LogPort
 from tidemark.peer_client.records import Envelope
 
-__all__ = ["AckBatcher", "Acker", "chunks", "MAX_BATCH_BYTES", "TERM"]
+__all__ = ["AckBatcher", "Acker", "chunks", "bounds", "spans", "MAX_BATCH_BYTES", "TERM"]
 
 #: The failure kind of a message its handler terminated (``ctx.term``): a terminal
 #: DeliveryFailed, which the queues dead-letter at once.
@@ -93,28 +101,53 @@ class AckBatcher(Generic[T]):
 def chunks(ids: Sequence[str], max_ids: int,
            max_bytes: int = MAX_BATCH_BYTES) -> Iterator[Sequence[str]]:
     """``ids`` in order, cut into runs of at most ``max_ids`` ids and about ``max_bytes``."""
+    for start, end in bounds(ids, max_ids, max_bytes):
+        yield ids[start:end]
+
+
+def bounds(ids: Sequence[str], max_ids: int,
+           max_bytes: int = MAX_BATCH_BYTES) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each run :func:`chunks` cuts ``ids`` into."""
     start, size = 0, 0
     for i, mid in enumerate(ids):
         n = len(mid) + 2
         if i > start and (i - start >= max_ids or size + n > max_bytes):
-            yield ids[start:i]
+            yield start, i
             start, size = i, 0
         size += n
     if start < len(ids):
-        yield ids[start:]
+        yield start, len(ids)
+
+
+def spans(acks: Sequence[tuple[int, int, str]], max_ids: int,
+          max_bytes: int = MAX_BATCH_BYTES) -> Iterator[tuple[list[str], tuple[int, int, int]]]:
+    """``(partition, offset, id)`` acks (in the order added) as range acks: per partition,
+    runs of :func:`chunks`' sizes, each ``(ids, (partition, lowest offset, highest))``."""
+    parts: dict[int, list[tuple[int, int, str]]] = {}
+    for ack in acks:
+        parts.setdefault(ack[0], []).append(ack)
+    for k, run in parts.items():
+        ids = [a[2] for a in run]
+        for start, end in bounds(ids, max_ids, max_bytes):
+            offsets = [a[1] for a in run[start:end]]
+            yield ids[start:end], (k, min(offsets), max(offsets))
 
 
 class Acker:
     """The acks and failure records of peer ``peer_id``, appended through ``log_port``:
-    ``encode_acks(ids, now_ms)`` encodes one AckBatch (signed, when the peer signs),
-    ``encode_record`` the DeliveryFailed, which ``seal`` signs (None: unsigned, insecure)."""
+    ``encode_acks(ids, now_ms, span=None)`` encodes one AckBatch (signed, when the peer
+    signs), ``encode_record`` the DeliveryFailed, which ``seal`` signs (None: unsigned,
+    insecure). ``ranges`` batches the acks of messages with a txlog position (range acks);
+    None: every ack by id."""
 
     def __init__(self, peer_id: str, environment: str, batcher: AckBatcher[str], *,
-                 log_port: LogPort, encode_acks: Callable[[Sequence[str], int], bytes],
+                 log_port: LogPort, encode_acks: Callable[..., bytes],
                  encode_record: Callable[[str, dict[str, Any]], bytes],
                  clock_ms: Callable[[], int], stats: Any,
-                 seal: Callable[[bytes], bytes] | None = None) -> None:
+                 seal: Callable[[bytes], bytes] | None = None,
+                 ranges: AckBatcher[tuple[int, int, str]] | None = None) -> None:
         self.peer_id, self.environment, self.batcher = peer_id, environment, batcher
+        self.ranges = ranges
         self.seal = seal  # signs the DeliveryFailed records (secure mode)
         self.log_port, self.encode_acks, self.encode_record = log_port, encode_acks, encode_record
         self.clock_ms, self.stats = clock_ms, stats
@@ -127,34 +160,55 @@ class Acker:
 
     def ack_many(self, envs: Sequence[Envelope]) -> None:
         """Queue the acks of handled ``envs`` (persistent ones) under one lock; append the
-        batches that became due, each as one AckBatch record."""
-        ids = [env.message_id for env in envs if env.persistent]
-        if not ids:
+        batches that became due, each as one AckBatch record (a range ack for the messages
+        with a txlog position)."""
+        ids: list[str] = []
+        placed: list[tuple[int, int, str]] = []
+        if self.ranges is None:
+            ids = [env.message_id for env in envs if env.persistent]
+        else:
+            for env in envs:
+                if env.persistent:
+                    if env.txlog_offset >= 0 and env.txlog_partition >= 0:
+                        placed.append((env.txlog_partition, env.txlog_offset, env.message_id))
+                    else:
+                        ids.append(env.message_id)
+        if not ids and not placed:
             return
         now = self.clock_ms()
         with self._lock:
-            batches = self.batcher.add_many(ids, now)
+            batches = self.batcher.add_many(ids, now) if ids else []
+            ranged = self.ranges.add_many(placed, now) \
+                if placed and self.ranges is not None else []
         for batch in batches:
             self._append(batch)
+        for acks in ranged:
+            self._append_ranged(acks)
 
     def append_due(self, now_ms: int) -> None:
-        """Append the pending batch if it has lingered out (housekeeping)."""
+        """Append the pending batches that have lingered out (housekeeping)."""
         with self._lock:
             batch = self.batcher.due(now_ms)
+            acks = self.ranges.due(now_ms) if self.ranges is not None else None
         if batch:
             self._append(batch)
+        if acks:
+            self._append_ranged(acks)
 
     def flush(self) -> int:
         """Append every pending ack now; returns how many."""
         with self._lock:
             batch = self.batcher.drain()
+            acks = self.ranges.drain() if self.ranges is not None else []
         self._append(batch)
-        return len(batch)
+        self._append_ranged(acks)
+        return len(batch) + len(acks)
 
     def drop_pending(self) -> int:
         """Forget unappended acks (a crash in the test double)."""
         with self._lock:
-            return len(self.batcher.drain())
+            ranged = len(self.ranges.drain()) if self.ranges is not None else 0
+            return len(self.batcher.drain()) + ranged
 
     def record_failure(self, env: Envelope, reason: str, kind: str) -> None:
         """A handler raised on ``env``: count it; a persistent one gets a DeliveryFailed
@@ -179,6 +233,17 @@ class Acker:
         for ids in chunks(batch, self.batcher.max_batch):
             self.log_port.append(self.peer_id, self.encode_acks(ids, now), self._delivered_cb)
         self.stats["acks"] += len(batch)
+
+    def _append_ranged(self, acks: Sequence[tuple[int, int, str]]) -> None:
+        """Append ``(partition, offset, id)`` acks as range acks."""
+        if not acks:
+            return
+        assert self.ranges is not None
+        now = self.clock_ms()
+        for ids, span in spans(acks, self.ranges.max_batch):
+            self.log_port.append(self.peer_id, self.encode_acks(ids, now, span),
+                                 self._delivered_cb)
+        self.stats["acks"] += len(acks)
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:

@@ -86,7 +86,9 @@ class PeerCore:
                            encode_acks=AckBatchEncoder(self._codec, peer_id, environment,
                                                        seal).encode,
                            encode_record=self.encode_record, clock_ms=clock_ms,
-                           stats=self.stats, seal=seal)
+                           stats=self.stats, seal=seal,
+                           ranges=AckBatcher(options.replay_ack_batch, options.ack_linger_ms)
+                           if options.range_acks else None)
         #: sampled latency histograms (sends, handlers, replay batches): metrics
         self.latencies = Latencies()
         self.inbox = Inbox(peer_id, environment, self.handlers, self.dedup, executor.submit,

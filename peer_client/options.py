@@ -38,6 +38,10 @@ class PeerOptions:
     flight_mode: str = BLOCK            #: "block" or "raise" when the flight size is reached
     ack_batch: int = 500                #: acks appended together once this many are pending
     ack_linger_ms: int = 20             #: ... or once the oldest has waited this long
+    #: acks of messages with a txlog position (replayed ones) go as range acks, this many
+    #: at most per record (below 128 KiB of ids); False: every ack by id
+    range_acks: bool = True
+    replay_ack_batch: int = 4_000
     heartbeat_ms: int = 2_000           #: how often the directory entry is re-appended
     dead_after_ms: int = 10_000         #: a peer without heartbeat this long counts as down
     direct_timeout_ms: int = 5_000      #: deadline of one direct-delivery call
@@ -67,9 +71,9 @@ class PeerOptions:
     def __post_init__(self) -> None:
         if self.flight_mode not in (BLOCK, RAISE):
             raise ValueError(f"flight_mode must be {BLOCK!r} or {RAISE!r}")
-        for name in ("workers", "inbox_limit", "flight_size", "ack_batch", "heartbeat_ms",
-                     "dead_after_ms", "direct_timeout_ms", "direct_batch", "dedup_window",
-                     "hold_limit", "hold_bytes", "direct_batch_bytes",
+        for name in ("workers", "inbox_limit", "flight_size", "ack_batch", "replay_ack_batch",
+                     "heartbeat_ms", "dead_after_ms", "direct_timeout_ms", "direct_batch",
+                     "dedup_window", "hold_limit", "hold_bytes", "direct_batch_bytes",
                      "dedup_max_entries", "durability_timeout_ms", "tick_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")

@@ -64,3 +64,61 @@ def test_add_many_is_add_one_by_one(max_batch: int, linger: int,
         assert len(many) == len(one) and many.next_due_ms == one.next_due_ms
         assert many.due(now) == one.due(now)
     assert many.drain() == one.drain()
+
+
+def _acker(max_batch: int, ranges: bool):  # type: ignore[no-untyped-def]
+    """A real Acker over an in-memory log: every appended record, decoded."""
+    from collections import Counter
+
+    from tidemark.log.wire import AckBatchEncoder, default_codec
+    from tidemark.peer_client.acks import Acker
+    codec, logged = default_codec(), []
+
+    class Log:
+        def append(self, key: str, value: bytes, on_delivery=None) -> None:  # type: ignore[no-untyped-def]
+            logged.append(codec.decode(value).record)
+    acker = Acker("bob", "default", AckBatcher(max_batch, 10_000), log_port=Log(),  # type: ignore[arg-type]
+                  encode_acks=AckBatchEncoder(codec, "bob", "default").encode,
+                  encode_record=codec.encode, clock_ms=lambda: 0, stats=Counter(),
+                  ranges=AckBatcher(max_batch, 10_000) if ranges else None)
+    return acker, logged
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 7), st.lists(st.tuples(st.booleans(), st.integers(0, 3),
+                                             st.integers(0, 10**9), st.booleans()),
+                                   max_size=60), st.lists(st.integers(1, 9), max_size=20))
+def test_range_acks_ack_what_per_id_acks_ack(max_batch: int, msgs: list, cuts: list) -> None:
+    """Replayed messages (a txlog position) and live ones, acked in random chunks: with
+    range acks, the records list every acked id once, as per-id acks do; a ranged record's
+    ids all lie in one partition between its first and last offset (so a replica that
+    indexes the range releases exactly their Sends), and live ids go without a range."""
+    from tidemark.peer_client.records import Envelope
+    envs = [Envelope(f"m{i}", "al", "t", b"", 0, persistent, "default", 0, replayed,
+                     k if replayed else -1, off if replayed else -1)
+            for i, (replayed, k, off, persistent) in enumerate(msgs)]
+    where = {e.message_id: (e.txlog_partition, e.txlog_offset) for e in envs}
+    results = {}
+    for ranges in (False, True):
+        acker, logged = _acker(max_batch, ranges)
+        at = 0
+        for n in cuts + [len(envs)]:
+            acker.ack_many(envs[at:at + n])
+            at += n
+        acker.flush()
+        results[ranges] = logged
+        for rec in logged:
+            k = rec["txlog_partition"]
+            if k < 0:  # by id: live messages (or every message without range acks)
+                assert not ranges or all(where[m][1] < 0 for m in rec["message_ids"])
+                continue
+            assert ranges and len(rec["message_ids"]) <= max_batch
+            for m in rec["message_ids"]:
+                assert where[m][0] == k and rec["first_offset"] <= where[m][1] <= rec["last_offset"]
+            offs = [where[m][1] for m in rec["message_ids"]]
+            assert (rec["first_offset"], rec["last_offset"]) == (min(offs), max(offs))
+
+    def ids(logged: list) -> list[str]:
+        return sorted(m for rec in logged for m in rec["message_ids"])
+    assert ids(results[True]) == ids(results[False]) == sorted(
+        e.message_id for e in envs if e.persistent)

@@ -37,6 +37,16 @@ def acks(mids: list[str] | tuple[str, ...], peer: str = "bob", ts: int = NOW - 1
                                  "environment": "default", "timestamp_ms": ts})
 
 
+def racks(mids: list[str] | tuple[str, ...], span: tuple[int, int, int], peer: str = "bob",
+          ts: int = NOW - 10_000) -> bytes:
+    """A range ack (what a peer appends for replayed messages): ``span`` is
+    ``(txlog partition, first offset, last offset)``."""
+    return C.encode("AckBatch", {"message_ids": list(mids), "peer": peer,
+                                 "environment": "default", "timestamp_ms": ts,
+                                 "txlog_partition": span[0], "first_offset": span[1],
+                                 "last_offset": span[2]})
+
+
 def purge(peer: str) -> tuple[str, str]:
     """A Purge of ``peer`` where :func:`apply` meets it: reaching the Sends logged before
     (the operator's Purges come through ``purges``; no txlog record, the offset stays a gap)."""
@@ -169,6 +179,38 @@ def test_an_ack_batch_writes_one_expiry_and_old_per_id_expiries_still_expire(
     store.close()
 
 
+def test_a_range_ack_is_one_index_key_and_expires_like_a_batch(tmp_path: Path) -> None:
+    """A range ack writes one index key, not one per id; it releases the Sends of its ids in
+    its range (not a copy outside it, which a later Ack releases); its key and expiry go
+    after the ack window, once a sweep that started after it has finished."""
+    store = Store(tmp_path / "s", "n1")
+    ids = [f"m{i}" for i in range(100)]
+    apply(store, [send(m) for m in ids] + [racks(ids, (0, 0, 99)), send("m5")])
+    assert _keys(store, b"A") == [] and len(_keys(store, b"K")) == 1
+    policy = ReleasePolicy(ack_window_ms=60_000)
+    assert release(store, 0, 102, policy, NOW) == 101  # the 100 Sends and the range ack
+    assert [o for o, _ in store.records(0)] == [101]   # the copy at 101 is not in the range
+    assert len(_keys(store, b"E")) == 1
+    apply(store, [ack("m5")], start=102)
+    # the Ack itself, and the copy with the sweep the Ack makes due
+    assert release(store, 0, 103, policy, NOW + 5_000) + release(
+        store, 0, 103, policy, NOW + 10_000) == 2
+    for _ in range(3):
+        release(store, 0, 103, policy, NOW + 120_000)
+    assert _keys(store, b"K") == [] and _keys(store, b"E") == [] and _keys(store, b"A") == []
+    assert list(store.records(0)) == []
+    store.close()
+
+
+def test_a_range_that_does_not_fit_its_record_is_indexed_by_id(tmp_path: Path) -> None:
+    """A range naming another partition, or first above last, is read as its ids alone."""
+    store = Store(tmp_path / "s", "n1")
+    apply(store, [send("a"), send("b"), racks(["a"], (3, 0, 1)), racks(["b"], (0, 1, 0))])
+    assert _keys(store, b"K") == [] and len(_keys(store, b"A")) == 2
+    assert release(store, 0, 4, ReleasePolicy(), NOW) == 4
+    store.close()
+
+
 def test_a_future_timestamp_cannot_hold_gc_back_for_good(tmp_path: Path) -> None:
     store = Store(tmp_path / "s", "n1")
     apply(store, [send("a"), ack("a"), send("b", ts=NOW + 86_400_000), ack("b"), send("c"),
@@ -210,33 +252,52 @@ def _gc_records():  # type: ignore[no-untyped-def]
                               st.tuples(st.just("ack"), peers, msgs),
                               st.tuples(st.just("acks"), peers,
                                         st.lists(msgs, min_size=1, max_size=3).map(tuple)),
+                              st.tuples(st.just("racks"), peers, st.tuples(
+                                  st.lists(msgs, min_size=1, max_size=3).map(tuple),
+                                  st.integers(0, 30), st.integers(-3, 30),
+                                  st.sampled_from([0, 0, 0, 1]))),
                               st.tuples(st.just("purge"), peers, st.just(""))),
                     min_size=1, max_size=30)
 
 
 def test_release_is_safe_and_leaves_nothing_behind(tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
-    """Random Sends (duplicates included), Acks, AckBatches and Purges, GC points rising in
+    """Random Sends (duplicates included), Acks, AckBatches, range acks (some malformed: first
+    above last, or another partition: those ack their ids like an AckBatch) and Purges, GC
+    points rising in
     steps, passes of random budgets at random times, sweeps at a random interval: a Send is
     released only once acked or purged below the point; in the end every such Send, every
     Ack and every Purge is gone, and so are the purge index entries (the reference model is
     ``due``)."""
-    from hypothesis import given, settings
+    from hypothesis import example, given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=150, deadline=None)
+    @settings(max_examples=300, deadline=None)
     @given(_gc_records(), st.lists(st.integers(0, 30), max_size=4), st.integers(1, 50),
            st.sampled_from([0, 5_000]), st.lists(st.integers(0, 3_000), min_size=1))
+    # a range ack above the point releases nothing yet; a range that ends before a Send
+    # does not cover it
+    @example([("send", "bob", "m0"), ("racks", "bob", (("m0",), 0, 0, 0))], [1], 50, 0, [0])
+    @example([("send", "bob", "m0"), ("send", "bob", "m0"),
+              ("racks", "bob", (("m0",), 0, 0, 0))], [], 50, 0, [0])
     def run(script, points, budget, interval, steps) -> None:  # type: ignore[no-untyped-def]
         store = Store(tmp_path_factory.mktemp("gc"), "n1")
         values = [send(m, p) if kind == "send" else ack(m, p) if kind == "ack"
-                  else acks(m, p) if kind == "acks" else purge(p) for kind, p, m in script]
+                  else acks(m, p) if kind == "acks"
+                  else racks(m[0], (m[3], m[1], m[1] + m[2]), p) if kind == "racks"
+                  else purge(p) for kind, p, m in script]
         apply(store, values)
         n, now, policy = len(script), NOW, ReleasePolicy(sweep_interval_ms=interval)
 
         def due(s: int, point: int) -> bool:  # the oracle: may Send s go at this point?
             _, p, m = script[s]
+            def range_acks(mm: tuple) -> bool:  # type: ignore[type-arg]
+                ids, first, width, k = mm
+                last = first + width
+                ranged = k == 0 and first <= last  # else: the ids alone, as an AckBatch
+                return m in ids and (not ranged or first <= s <= last)
             return any((kind == "ack" and (q, mm) == (p, m) and i < point) or
                        (kind == "acks" and q == p and m in mm and i < point) or
+                       (kind == "racks" and q == p and range_acks(mm) and i < point) or
                        (kind == "purge" and q == p and s < i < point)
                        for i, (kind, q, mm) in enumerate(script))
         for i, point in enumerate(sorted(min(x, n) for x in points) + [n]):
