@@ -300,6 +300,26 @@ def acked_by(settings: Settings, peer_id: str, end: int | None = None) -> set[st
     return out
 
 
+def ack_records(settings: Settings, peer_id: str) -> tuple[list[dict[str, Any]],
+                                                              dict[str, int]]:
+    """The AckBatch records ``peer_id`` appended to its txlog partition, and the offset of
+    each Send to it there, by message id."""
+    from tidemark.log.partitioner import partition_for_peer
+    from tidemark.peer_client.records import peer_codec
+    codec, batches, sends = peer_codec(), [], {}
+    k = partition_for_peer(peer_id, settings.partitions)
+    for batch in read_to_end(settings, "txlog", [k]):
+        for m in batch:
+            if m.key() != peer_id.encode():
+                continue
+            dec = codec.decode(m.value())
+            if dec.name == "AckBatch" and dec.record["peer"] == peer_id:
+                batches.append(dec.record)
+            elif dec.name == "Send":
+                sends[dec.record["message_id"]] = m.offset()
+    return batches, sends
+
+
 _SIGNERS: dict[str, IssuerSigners | None] = {}
 
 

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import pytest
 
 from tests import cluster
-from tests.support import converge, operator_purge, wait_for, wait_purge_applied
+from tests.support import (
+    ack_records,
+    converge,
+    operator_purge,
+    wait_for,
+    wait_purge_applied,
+)
+from tidemark.log.partitioner import partition_for_peer
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.peer import Peer
@@ -89,6 +96,18 @@ def test_down_peer_replays_every_message_once_in_order(
         assert st["phase"] == "normal" and st["replayed"] + st["forwarded"] == N, st
         assert st["replay"]["handover_target"] >= N and st["replay"]["stage"] == "normal"
     assert seen.count() == N and job.alive, job.log_tail()
+    # the replayed messages were acked by range: each record names B's partition and a
+    # range holding the Send of every id it lists, and together they list each message once
+    batches, sends = ack_records(s.settings(), "B")
+    k = partition_for_peer("B", s.settings().partitions)
+    ranged = [b for b in batches if b["txlog_partition"] >= 0]
+    assert ranged and len(ranged) < N // 10, [len(b["message_ids"]) for b in batches]
+    for b in ranged:
+        assert b["txlog_partition"] == k
+        offsets = [sends[m] for m in b["message_ids"]]
+        assert (b["first_offset"], b["last_offset"]) == (min(offsets), max(offsets))
+    listed = [m for b in batches for m in b["message_ids"]]
+    assert sorted(listed) == sorted(sends) and len(set(listed)) == N
 
 
 def test_a_batch_handler_gets_the_backlog_in_lists_each_message_once(

@@ -61,7 +61,7 @@ def _bench_replay(args: argparse.Namespace) -> int:
             timeout_s=args.timeout, say=progress, batch=args.batch, window=args.window,
             settle_s=args.settle, handler=args.handler, switch=switch,
             pairs=args.security_pairs, security_messages=args.security_messages,
-            skip_reason=reason)
+            skip_reason=reason, ack_pairs=args.ack_pairs)
     if args.json:
         print_json(r)
         return bench_exit(args, r)
@@ -93,6 +93,15 @@ def _bench_replay(args: argparse.Namespace) -> int:
     print(f"CPU during the replay ({cpu['window_s']} s), microseconds per message (cores): "
           + ", ".join(f"{k.replace('_', ' ')} {cpu['us_per_msg'][k]} ({cpu['cores'][k]})"
                       for k in cpu["core_s"]))
+    acks = r.get("acks") or {}
+    if acks.get("compared"):
+        print(f"replay rounds of {acks['messages']:,} messages each, acking by id and by range"
+              " in turn (same stack, same run):")
+        for name, key in (("acks by id (the baseline)", "by_id"), ("range acks", "range")):
+            print(f"  {name:26}: msgs/s {acks[key]['msgs_per_s']}, machine us/msg"
+                  f" {acks[key]['machine_us_per_msg']}")
+        print(f"  range / by id: rate {acks['rate_ratio']}, machine CPU per message"
+              f" {acks['machine_us_ratio']}")
     sec = r["security"]
     if sec.get("compared"):
         print(f"replay rounds of {sec['messages']:,} messages each, secure and insecure in"
@@ -162,8 +171,11 @@ def register(commands: argparse._SubParsersAction[Any],
                    help="secure and insecure replay rounds alternate N times each (default"
                         " 2); the replica nodes restart before each")
     b.add_argument("--security-messages", type=int, default=None, metavar="N",
-                   help="the backlog of each security round (default: a quarter of"
-                        " --messages)")
+                   help="the backlog of each security round and ack round (default: a"
+                        " quarter of --messages)")
+    b.add_argument("--ack-pairs", type=int, default=1, metavar="N",
+                   help="replay rounds acking by id and by range alternate N times each"
+                        " (default 1; 0: none), each on a backlog of its own")
     add_bench_check(b, targets.replay, ">= 100,000 msgs/s and ratio >= 0.5; security_ratio"
                                        " >= 0.9 when compared")
 

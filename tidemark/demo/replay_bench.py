@@ -57,7 +57,7 @@ from tidemark.stack.cpu_account import CpuAccount
 
 __all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO",
            "TARGET_USER_LOOP_RATIO", "TARGET_MACHINE_US", "HANDLERS", "RssSampler",
-           "raw_consumer", "raw_read", "user_loop_read"]
+           "raw_consumer", "raw_read", "user_loop_read", "ack_rounds"]
 
 TARGET_RATE = 100_000
 #: Tidemark's replay against the raw consumer (the limit) ...
@@ -302,19 +302,21 @@ class _Counter:
 def peer_replay(settings: Settings, peer: str, n: int, pids: dict[str, int], timeout_s: float,
                 say: Say, batch: int = DEFAULT_BATCH, window: int = DEFAULT_WINDOW,
                 brokers: dict[str, int] | None = None, handler: str = "batch",
-                insecure: bool = False) -> dict[str, Any]:
+                insecure: bool = False, range_acks: bool = True) -> dict[str, Any]:
     """Start a real Peer with replay on start; its handler counts the replayed messages.
     The CPU each process used meanwhile is accounted (``cpu``): this process (the peer),
     the replica that served the replay, the other replicas, the brokers. ``insecure``: the
-    peer is made with ``PeerOptions(insecure=True)`` (nodes serving plaintext)."""
+    peer is made with ``PeerOptions(insecure=True)`` (nodes serving plaintext);
+    ``range_acks=False``: it acks every replayed message by id (the baseline of
+    :func:`ack_rounds`)."""
     from tidemark.peer_client.replay import ReplicaReplayer
     counter = _Counter()
     # covered=False: the bench measures the replicas' replay of the whole backlog (its
     # queue records are written before, so nothing would be left for the handover anyway)
     replayer = ReplicaReplayer(settings, barrier_timeout_ms=int(timeout_s * 1000),
                                batch=batch, window=window, covered=False)
-    p = Peer(peer, None, settings, PeerOptions(insecure=True) if insecure else None,
-             replayer=replayer)
+    options = PeerOptions(insecure=True) if insecure else PeerOptions()
+    p = Peer(peer, None, settings, options.with_(range_acks=range_acks), replayer=replayer)
     if handler == "batch":
         p.batch_handler(BenchItem)(counter.handle_batch)
     else:
@@ -418,13 +420,54 @@ def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str
     return out
 
 
+def ack_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | None,
+               timeout_s: float, say: Say, settle_s: float, batch: int, window: int,
+               handler: str, direct: bool = True) -> dict[str, Any]:
+    """One replay of ``n`` per peer of ``peers`` (each filled already), acking by id and by
+    range in turn (by id first in even pairs, range first in odd ones, so neither always
+    runs on the later, warmer stack); the ``acks`` fields: each mode's rates and machine CPU
+    per message, and range / by id of the medians."""
+    got: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for i, peer in enumerate(peers):
+        ranged = (i % 2 == 1) if (i // 2) % 2 == 0 else (i % 2 == 0)
+        if direct:  # the replays before appended their acks; no queues job covers them
+            k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
+            cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
+        settle(say, settle_s)
+        mode = "range acks" if ranged else "acks by id"
+        say(f"{mode} round: replaying {n:,} messages into {peer}")
+        one = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
+                          batch, window, _stack_pids(state_dir, "broker"), handler,
+                          range_acks=ranged)
+        got[ranged].append(one)
+        say(f"{mode} round: {one['peer_msgs_per_s']:,} msgs/s,"
+            f" machine {one['cpu']['us_per_msg'].get('machine')} us/msg")
+
+    def med(values: list[float]) -> float | None:
+        values = sorted(v for v in values if v is not None)
+        return values[len(values) // 2] if values else None
+
+    def side(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"msgs_per_s": [r["peer_msgs_per_s"] for r in rounds],
+                "machine_us_per_msg": [r["cpu"]["us_per_msg"].get("machine") for r in rounds],
+                "us_per_msg": [r["cpu"]["us_per_msg"] for r in rounds]}
+    by_id, ranged_ = side(got[False]), side(got[True])
+    a, b = med(ranged_["msgs_per_s"]), med(by_id["msgs_per_s"])
+    c, d = med(ranged_["machine_us_per_msg"]), med(by_id["machine_us_per_msg"])
+    return {"acks": {"compared": bool(got[False] and got[True]), "messages": n,
+                     "by_id": by_id, "range": ranged_,
+                     "rate_ratio": round(a / b, 3) if a and b else None,
+                     "machine_us_ratio": round(c / d, 3) if c and d else None}}
+
+
 def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: int = 150,
                  fill_mode: str = "direct", state_dir: str | None = None,
                  timeout_s: float = 900.0, say: Say = print, batch: int = DEFAULT_BATCH,
                  window: int = DEFAULT_WINDOW, settle_s: float = 300.0,
                  handler: str = "batch", switch: Callable[[bool], float] | None = None,
                  pairs: int = 2, security_messages: int | None = None,
-                 skip_reason: str = "--no-security-compare") -> dict[str, Any]:
+                 skip_reason: str = "--no-security-compare",
+                 ack_pairs: int = 1) -> dict[str, Any]:
     """The whole bench; returns the figures (see the module doc). ``switch`` (the replica
     nodes to plaintext with True, to TLS with False): after the headline replay, ``pairs``
     secure and insecure rounds in turn, each replaying a backlog of its own of
@@ -452,6 +495,10 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     for other in rounds:
         say(f"fill ({fill_mode}): {each:,} messages to {other} for a security round")
         fill(settings, other, k, each, payload, fill_mode == "direct", say)
+    acking = _peers_on(k, partitions, 2 * ack_pairs, peer + "-ack") if ack_pairs > 0 else []
+    for other in acking:
+        say(f"fill ({fill_mode}): {each:,} messages to {other} for an ack round")
+        fill(settings, other, k, each, payload, fill_mode == "direct", say)
     say(f"fill done in {fill_s:.1f}s; waiting until the replicas have stored it")
     settled = settle(say, settle_s)
     result: dict[str, Any] = {"messages": messages, "payload_bytes": len(payload),
@@ -476,6 +523,11 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     result["target_msgs_per_s"], result["target_ratio"] = TARGET_RATE, TARGET_RATIO
     result["target_user_loop_ratio"] = TARGET_USER_LOOP_RATIO
     result["target_machine_us_per_msg"] = TARGET_MACHINE_US
+    if acking:
+        result.update(ack_rounds(settings, acking, each, state_dir, timeout_s, say, settle_s,
+                                 batch, window, handler, fill_mode == "direct"))
+    else:
+        result["acks"] = {"compared": False}
     if switch is None:
         return {**result, **skipped(skip_reason)}
     return {**result, **security_rounds(settings, rounds, each, state_dir, switch, timeout_s,
