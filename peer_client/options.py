@@ -50,7 +50,7 @@ class PeerOptions:
     #: recipient refuses calls over DIRECT_RECEIVE_LIMIT
     direct_batch_bytes: int = 4 << 20
     unreachable_backoff_ms: int = 1_000  #: no direct attempt to a peer that just failed one
-    dedup_window: int = 100_000         #: message ids remembered for dedup
+    dedup_window: int = 100_000         #: message ids remembered for dedup (at least; <= 2x)
     #: folder of the persisted dedup stores (one LevelDB per peer id; see
     #: ``peer_client.dedup_store``); None: the ``TIDEMARK_PEER_DEDUP_DIR`` setting; "": off
     dedup_dir: str | None = None
