@@ -34,7 +34,8 @@ run "bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100
    TLS vs --insecure, the replica nodes restarted plaintext and back, target >= 0.9)" stable $SECURITY
 run "bench replay (a 1M backlog replayed into a Peer's handler beside a raw consumer of the same
    queue records and the loop a user writes without Tidemark; targets >= 100k msgs/s, >= 0.4 x
-   raw, >= 2 x the user's loop, <= 8 us of machine CPU per message; replica RSS sampled). The bench
+   raw, >= 2 x the user's loop, <= 8 us of machine CPU per message; replica RSS sampled; then
+   replays acking by id and by range in turn, side by side). The bench
    writes the Sends and their queue records itself in the queues job's format (--fill
    direct): the job is measured by bench queues above, not here." \
     replay --messages "${BENCH_REPLAY_MESSAGES:-1000000}" $SECURITY

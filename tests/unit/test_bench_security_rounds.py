@@ -43,3 +43,18 @@ def test_skipped_says_why() -> None:
 def test_insecure_env_adds_and_removes_only_the_flag() -> None:
     assert insecure_env({"A": "1"}, True) == {"A": "1", "TIDEMARK_INSECURE": "1"}
     assert insecure_env({"A": "1", "TIDEMARK_INSECURE": "1"}, False) == {"A": "1"}
+
+
+def test_ack_rounds_alternate_and_compare_medians() -> None:
+    """bench replay's ack rounds: by id and by range alternate, the first mode swapping
+    every pair; range / by id of the medians (rates, and machine CPU per message)."""
+    from tidemark.demo.replay_bench import ack_modes, compare_acks
+    assert ack_modes(4) == [False, True, True, False] and ack_modes(0) == []
+
+    def rounds(*pairs: tuple[int, float]) -> list[dict]:
+        return [{"peer_msgs_per_s": rate, "cpu": {"us_per_msg": {"machine": us}}}
+                for rate, us in pairs]
+    r = compare_acks(rounds((100, 40.0), (120, 30.0)), rounds((130, 30.0), (100, 20.0)), 9)
+    assert r["compared"] and r["messages"] == 9
+    assert r["rate_ratio"] == 1.045 and r["machine_us_ratio"] == 0.714  # 115/110, 25/35
+    assert compare_acks([], rounds((1, 1.0)), 9)["compared"] is False

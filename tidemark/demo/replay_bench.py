@@ -57,7 +57,8 @@ from tidemark.stack.cpu_account import CpuAccount
 
 __all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO",
            "TARGET_USER_LOOP_RATIO", "TARGET_MACHINE_US", "HANDLERS", "RssSampler",
-           "raw_consumer", "raw_read", "user_loop_read", "ack_rounds"]
+           "raw_consumer", "raw_read", "user_loop_read", "ack_rounds", "ack_modes",
+           "compare_acks"]
 
 TARGET_RATE = 100_000
 #: Tidemark's replay against the raw consumer (the limit) ...
@@ -420,16 +421,44 @@ def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str
     return out
 
 
+def ack_modes(rounds: int) -> list[bool]:
+    """Whether each of ``rounds`` ack rounds acks by range: by id first in even pairs, by
+    range first in odd ones, so neither mode always runs on the later, warmer stack."""
+    return [(i % 2 == 1) if (i // 2) % 2 == 0 else (i % 2 == 0) for i in range(rounds)]
+
+
+def _median(values: list[float | None]) -> float | None:
+    got = sorted(v for v in values if v is not None)
+    if not got:
+        return None
+    mid = len(got) // 2
+    return got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+
+
+def compare_acks(by_id: list[dict[str, Any]], ranged: list[dict[str, Any]], n: int
+                 ) -> dict[str, Any]:
+    """The ``acks`` fields from the :func:`peer_replay` results of each mode's rounds: the
+    rates and machine CPU per message of each, and range / by id of their medians (rate:
+    higher is better; machine CPU: lower is better)."""
+    def side(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"msgs_per_s": [r["peer_msgs_per_s"] for r in rounds],
+                "machine_us_per_msg": [r["cpu"]["us_per_msg"].get("machine") for r in rounds],
+                "us_per_msg": [r["cpu"]["us_per_msg"] for r in rounds]}
+    a, b = side(by_id), side(ranged)
+    rate = (_median(b["msgs_per_s"]), _median(a["msgs_per_s"]))
+    cpu = (_median(b["machine_us_per_msg"]), _median(a["machine_us_per_msg"]))
+    return {"compared": bool(by_id and ranged), "messages": n, "by_id": a, "range": b,
+            "rate_ratio": round(rate[0] / rate[1], 3) if rate[0] and rate[1] else None,
+            "machine_us_ratio": round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None}
+
+
 def ack_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | None,
                timeout_s: float, say: Say, settle_s: float, batch: int, window: int,
                handler: str, direct: bool = True) -> dict[str, Any]:
     """One replay of ``n`` per peer of ``peers`` (each filled already), acking by id and by
-    range in turn (by id first in even pairs, range first in odd ones, so neither always
-    runs on the later, warmer stack); the ``acks`` fields: each mode's rates and machine CPU
-    per message, and range / by id of the medians."""
+    range in turn (:func:`ack_modes`); the ``acks`` fields (:func:`compare_acks`)."""
     got: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
-    for i, peer in enumerate(peers):
-        ranged = (i % 2 == 1) if (i // 2) % 2 == 0 else (i % 2 == 0)
+    for peer, ranged in zip(peers, ack_modes(len(peers)), strict=True):
         if direct:  # the replays before appended their acks; no queues job covers them
             k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
             cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
@@ -442,22 +471,7 @@ def ack_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | No
         got[ranged].append(one)
         say(f"{mode} round: {one['peer_msgs_per_s']:,} msgs/s,"
             f" machine {one['cpu']['us_per_msg'].get('machine')} us/msg")
-
-    def med(values: list[float]) -> float | None:
-        values = sorted(v for v in values if v is not None)
-        return values[len(values) // 2] if values else None
-
-    def side(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"msgs_per_s": [r["peer_msgs_per_s"] for r in rounds],
-                "machine_us_per_msg": [r["cpu"]["us_per_msg"].get("machine") for r in rounds],
-                "us_per_msg": [r["cpu"]["us_per_msg"] for r in rounds]}
-    by_id, ranged_ = side(got[False]), side(got[True])
-    a, b = med(ranged_["msgs_per_s"]), med(by_id["msgs_per_s"])
-    c, d = med(ranged_["machine_us_per_msg"]), med(by_id["machine_us_per_msg"])
-    return {"acks": {"compared": bool(got[False] and got[True]), "messages": n,
-                     "by_id": by_id, "range": ranged_,
-                     "rate_ratio": round(a / b, 3) if a and b else None,
-                     "machine_us_ratio": round(c / d, 3) if c and d else None}}
+    return {"acks": compare_acks(got[False], got[True], n)}
 
 
 def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: int = 150,
