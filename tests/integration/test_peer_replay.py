@@ -192,7 +192,9 @@ def test_sender_keeps_sending_through_a_restart(replicas_job: tuple[LocalStack, 
     assert job.alive, job.log_tail()
 
 
-@pytest.mark.parametrize("stale_s", [STALE_S[0], pytest.param(STALE_S[1], marks=pytest.mark.soak)])
+# about 55 s: in `make load` (make test stays under 25 minutes); three times that in soak
+@pytest.mark.parametrize("stale_s", [pytest.param(STALE_S[0], marks=pytest.mark.load),
+                                     pytest.param(STALE_S[1], marks=pytest.mark.soak)])
 def test_stale_sender_is_delivered_from_the_log(replicas_job: tuple[LocalStack, JobProcess],
                                                 stale_s: float) -> None:
     """A's directory view is frozen on D's old incarnation for the whole restart of D and
