@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from tidemark.log.wire import Span
 from tidemark.replica.keys import ack_prefix
 
-__all__ = ["range_prefix", "range_key", "ranged", "put_acks", "RangeIndex"]
+__all__ = ["range_prefix", "range_key", "record_span", "ranged", "put_acks", "RangeIndex"]
 
 _H = struct.Struct(">H")
 _Q = struct.Struct(">Q")
@@ -37,6 +38,14 @@ def range_prefix(partition: int) -> bytes:
 def range_key(partition: int, peer: bytes, first: int, last: int, at: int) -> bytes:
     """The key of the range ack at txlog offset ``at`` of ``peer`` over ``[first, last]``."""
     return range_prefix(partition) + peer + b"\0" + _QQQ.pack(first, last, at)
+
+
+def record_span(rec: Mapping[str, Any]) -> Span | None:
+    """The range of a decoded AckBatch record ``rec`` (None without one: an older writer's,
+    or ``txlog_partition`` -1)."""
+    k = int(rec.get("txlog_partition", -1))
+    return (k, int(rec.get("first_offset", -1)), int(rec.get("last_offset", -1))) \
+        if k >= 0 else None
 
 
 def ranged(partition: int, ids: Sequence[bytes], span: Span | None) -> bool:

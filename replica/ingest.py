@@ -44,7 +44,7 @@ from tidemark.log.wire import (
     txlog_scanners,
 )
 from tidemark.replica import queue_index
-from tidemark.replica.ack_ranges import put_acks
+from tidemark.replica.ack_ranges import put_acks, record_span
 from tidemark.replica.batch import Batch
 from tidemark.replica.deadletter import DeadLetters
 from tidemark.replica.keys import (
@@ -100,11 +100,8 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
         batch.wb.put(ack_key(partition, rec["peer"], rec["message_id"]), _Q.pack(offset))
     elif name == "AckBatch":  # one index entry per id, or one for its range
         batch.put_record(partition, offset, value)
-        k = int(rec.get("txlog_partition", -1))
-        span = (k, int(rec.get("first_offset", -1)), int(rec.get("last_offset", -1))) \
-            if k >= 0 else None
         put_acks(batch.wb.put, partition, offset, rec["peer"].encode(),
-                 [mid.encode() for mid in rec["message_ids"]], span)
+                 [mid.encode() for mid in rec["message_ids"]], record_span(rec))
     elif name == "Purge":
         return PURGE_IN_TXLOG
     elif name == "DeliveryFailed":  # a handler failure: kept like the Sends it counts

@@ -69,7 +69,7 @@ from tidemark.log.wire import (
     default_codec,
     txlog_readers,
 )
-from tidemark.replica.ack_ranges import RangeIndex, range_key, ranged
+from tidemark.replica.ack_ranges import RangeIndex, range_key, ranged, record_span
 from tidemark.replica.batch import Batch
 from tidemark.replica.config import ReleasePolicy
 from tidemark.replica.gc_state import (
@@ -279,11 +279,8 @@ def _fields(readers: dict[bytes, Reader], value: bytes
     if dec.name == "Ack":
         return ACK, rec["peer"].encode(), rec["message_id"].encode(), rec["timestamp_ms"]
     if dec.name == "AckBatch":
-        k = int(rec.get("txlog_partition", -1))
-        span = (k, int(rec.get("first_offset", -1)), int(rec.get("last_offset", -1))) \
-            if k >= 0 else None
         return (ACK_BATCH, rec["peer"].encode(), [m.encode() for m in rec["message_ids"]],
-                rec["timestamp_ms"], span)
+                rec["timestamp_ms"], record_span(rec))
     if dec.name == "Purge":
         return PURGE, rec["peer"].encode(), b"", rec["timestamp_ms"]
     if dec.name == "DeliveryFailed":  # counts a delivery of (peer, message id): goes like one
