@@ -390,6 +390,17 @@ def _peers_on(partition: int, partitions: int, count: int, stem: str) -> list[st
     return out
 
 
+def _before_round(settings: Settings, peer: str, direct: bool, say: Say,
+                  settle_s: float) -> None:
+    """Before a further replay round: with ``direct`` (the bench stands in for the queues
+    job) say the queues cover what the replays before appended (their acks), then let the
+    machine settle."""
+    if direct:
+        k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
+        cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
+    settle(say, settle_s)
+
+
 def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | None,
                     switch: Callable[[bool], float], timeout_s: float, say: Say,
                     settle_s: float, batch: int, window: int, handler: str,
@@ -407,10 +418,7 @@ def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str
         if took:
             restarts.append(round(took, 2))
             say(f"replica nodes restarted {side} in {took:.1f} s")
-        if direct:  # the replays before appended their Acks; no queues job covers them
-            k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
-            cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
-        settle(say, settle_s)
+        _before_round(settings, peer, direct, say, settle_s)
         say(f"{side} round: replaying {n:,} messages into {peer}")
         got = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
                           batch, window, _stack_pids(state_dir, "broker"), handler, insecure)
@@ -459,10 +467,7 @@ def ack_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | No
     range in turn (:func:`ack_modes`); the ``acks`` fields (:func:`compare_acks`)."""
     got: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for peer, ranged in zip(peers, ack_modes(len(peers)), strict=True):
-        if direct:  # the replays before appended their acks; no queues job covers them
-            k = partition_for_peer(peer, len(watermarks(settings, "txlog")))
-            cover(LogProducer(settings), k, end_offsets(settings, "txlog", [k])[k])
-        settle(say, settle_s)
+        _before_round(settings, peer, direct, say, settle_s)
         mode = "range acks" if ranged else "acks by id"
         say(f"{mode} round: replaying {n:,} messages into {peer}")
         one = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
