@@ -22,8 +22,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, Generic, TypeVar
 
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.ports import LogPort
 from tidemark.peer_client.records import Envelope
 
@@ -182,6 +184,27 @@ class Acker:
                 if placed and self.ranges is not None else []
         for batch in batches:
             self._append(batch)
+        for acks in ranged:
+            self._append_ranged(acks)
+
+    def ack_columns(self, cols: Columns, positions: Sequence[int]) -> None:
+        """:meth:`ack_many` of the messages of a replayed chunk at ``positions`` (every one
+        persistent, with its txlog position), without an Envelope each."""
+        if not positions:
+            return
+        whole = len(positions) == len(cols)
+        ids = cols.ids if whole else [cols.ids[k] for k in positions]
+        now = self.clock_ms()
+        if self.ranges is None:
+            with self._lock:
+                batches = self.batcher.add_many(ids, now)
+            for batch in batches:
+                self._append(batch)
+            return
+        offsets = cols.offsets if whole else [cols.offsets[k] for k in positions]
+        placed = list(zip(repeat(cols.partition), offsets, ids))
+        with self._lock:
+            ranged = self.ranges.add_many(placed, now)
         for acks in ranged:
             self._append_ranged(acks)
 

@@ -38,6 +38,27 @@ class DedupWindow:
             self._old, self._cur = cur, set()
         return True
 
+    def check_and_add_many(self, message_ids: list[str]) -> list[int]:
+        """:meth:`check_and_add` of each id in order, in a few set operations: the
+        positions of the duplicates (ids seen before, or earlier in the list); every other
+        id is now remembered. A list that would turn the generations over is checked one
+        by one (once every ``capacity`` ids), so the window ends exactly as one by one."""
+        cur, old = self._cur, self._old
+        if len(cur) + len(message_ids) >= self.capacity:
+            check = self.check_and_add
+            return [i for i, mid in enumerate(message_ids) if not check(mid)]
+        batch = set(message_ids)
+        if len(batch) == len(message_ids) and batch.isdisjoint(cur) and batch.isdisjoint(old):
+            cur |= batch
+            return []
+        dups: list[int] = []
+        for i, mid in enumerate(message_ids):
+            if mid in cur or mid in old:
+                dups.append(i)
+            else:
+                cur.add(mid)
+        return dups
+
     def forget(self, message_id: str) -> None:
         """Drop ``message_id`` so that it counts as new again."""
         self._cur.discard(message_id)

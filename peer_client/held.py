@@ -137,6 +137,12 @@ class HeldBack:
             self.peak_bytes = self.bytes
         return True
 
+    def watches_any(self, message_ids: Iterable[str]) -> bool:
+        """Whether :meth:`seen` of one of ``message_ids`` would change anything (a held copy
+        or a refused id among them)."""
+        ids = message_ids if isinstance(message_ids, (set, frozenset)) else set(message_ids)
+        return not (self._msgs.keys().isdisjoint(ids) and self._refused.keys().isdisjoint(ids))
+
     def seen(self, message_id: str) -> bool:
         """The logged copy of ``message_id`` is being dispatched: drop the held one (True if
         there was one); a refused one's sender may be ungated (see :attr:`opened`)."""

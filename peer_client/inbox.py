@@ -22,15 +22,17 @@ from typing import Any, Protocol
 
 from tidemark.log.registry import env_value
 from tidemark.peer_client.acks import TERM
+from tidemark.peer_client.columns import Columns, sender_runs
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.exceptions import Nak, PayloadError, Term
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.held import HeldBack
-from tidemark.peer_client.jobs import ABANDONED, Job, RunJob
+from tidemark.peer_client.jobs import ABANDONED, ColumnRun, Job, RunJob
 from tidemark.peer_client.latency import Latencies, Timed
 from tidemark.peer_client.messages import lookup
 from tidemark.peer_client.records import Envelope
+from tidemark.peer_client.serializers import decode_all
 from tidemark.peer_client.slots import Slots
 from tidemark.peer_client.timers import Cancellable, thread_timer
 
@@ -117,7 +119,9 @@ class Inbox:
                  limit: int | None = None,
                  submit_many: Callable[[str, Sequence[Job]], None] | None = None,
                  on_success_many: Callable[[list[Envelope]], None] | None = None,
-                 hold_limit: int = 10_000, hold_bytes: int = 64 << 20) -> None:
+                 hold_limit: int = 10_000, hold_bytes: int = 64 << 20,
+                 on_success_columns: Callable[[Columns, Sequence[int]], None] | None = None
+                 ) -> None:
         self.peer_id, self.environment = peer_id, environment
         self.handlers, self.dedup = handlers, dedup
         self.phase = Phase.CREATED
@@ -130,6 +134,7 @@ class Inbox:
         self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
         self._submit_many = submit_many  # None: accept_many accepts one by one
         self._on_success_many = on_success_many
+        self._on_success_columns = on_success_columns
         self._lock = threading.Lock()
         self._admitted = threading.Condition(self._lock)
         self._admitting = 0  # decided to RUN, not yet submitted
@@ -411,6 +416,90 @@ class Inbox:
                 self._admitted_done(admitted)
         return fresh
 
+    def accept_columns(self, cols: Columns) -> int | None:
+        """The lean replay path: :meth:`accept_many` of a replayed chunk kept as columns,
+        with the same decisions taken in bulk (one dedup call, one decode loop per type,
+        one job per sender). Returns how many were not dropped as duplicates, or None
+        without doing anything when the chunk needs the general path: no batch executor,
+        the persisted dedup store, a type without a plain handler, a payload that does not
+        decode, the peer stopping, or an id the held-back list watches for."""
+        if self._submit_many is None or self.completed is not None or not len(cols):
+            return None
+        handler_of = self.handlers.get
+        kinds: dict[str, Handler] = {}
+        for name in set(cols.types):
+            h = handler_of(name)
+            if h is None or h.is_async:
+                return None
+            kinds[name] = h
+        try:  # outside the lock: the general path says which payload is bad, and why
+            if len(kinds) == 1:
+                h = next(iter(kinds.values()))
+                handlers = [h] * len(cols)
+                messages = decode_all(h.message_type.serializer, cols.payloads)
+            else:
+                handlers = [kinds[name] for name in cols.types]
+                messages = [h.message_type.serializer.decode(p)
+                            for h, p in zip(handlers, cols.payloads, strict=True)]
+        except Exception:  # noqa: BLE001 - a user serializer may raise anything
+            return None
+        with self._lock:
+            held = self.held
+            if self.phase in STOPPED_PHASES or (held.watching and held.watches_any(cols.ids)):
+                return None
+            dups = self.dedup.check_and_add_many(cols.ids)
+            fresh = len(cols) - len(dups)
+            self._admitting += fresh
+            if dups:
+                self._duplicates += len(dups)
+                self.stats["duplicates"] += len(dups)
+        try:
+            if not dups:
+                positions: list[int] = list(range(len(cols)))
+            else:
+                skip = set(dups)
+                positions = [i for i in range(len(cols)) if i not in skip]
+            slots, submit = self._slots, self._submit
+            for sender, run in sender_runs(cols.senders, positions).items():
+                at = 0
+                while at < len(run):
+                    k = len(run) - at if slots is None else slots.take(len(run) - at)
+                    part = run[at:at + k] if at or k < len(run) else run
+                    submit(sender, self._timed(ColumnRun(
+                        cols, part, handlers, messages, self.peer_id, self._finish_columns,
+                        self._is_abandoning), k))
+                    at += k
+        finally:
+            if fresh:
+                self._admitted_done(fresh)
+        return fresh
+
+    def _finish_columns(self, run: ColumnRun, failed: dict[int, BaseException],
+                        abandoned: int) -> None:
+        """A :class:`ColumnRun` finished: what ran without failing is acked together,
+        ``failed`` reported (by position), ``abandoned`` (not run) forgotten."""
+        positions, cols = run.positions, run.cols
+        if self._slots is not None:
+            self._slots.give(len(positions))
+        ran: Sequence[int] = positions
+        if abandoned:
+            self.stats["abandoned"] += abandoned
+            ran = positions[:len(positions) - abandoned]
+        ok = [k for k in ran if k not in failed] if failed else ran
+        if ok:
+            self.stats["handled"] += len(ok)
+            if self._on_success_columns is not None:
+                self._on_success_columns(cols, ok)
+            else:
+                envs = [cols.envelope(k) for k in ok]
+                if self._on_success_many is not None:
+                    self._on_success_many(envs)
+                else:
+                    for env in envs:
+                        self._on_success(env)
+        for k, error in failed.items():
+            self._failed(cols.envelope(k), error)
+
     def _submit_runs(self, runs: dict[str, list[tuple[Envelope, Handler, Any]]]) -> None:
         """Each sender's run as one :class:`RunJob` (plain handlers), or as single jobs
         submitted together when one of its handlers is ``async def``."""
@@ -546,7 +635,7 @@ class Inbox:
         self._submit(env.sender, self._timed(Job(env, handler, message, self.peer_id,
                                                  self._finish, self._is_abandoning)))
 
-    def _timed(self, job: Job | RunJob, n: int = 1) -> Any:
+    def _timed(self, job: Job | RunJob | ColumnRun, n: int = 1) -> Any:
         """``job`` (of ``n`` messages), timed when it holds the sampled message."""
         latencies = self.latencies
         if latencies is None or not latencies.sample_handler(n):

@@ -12,16 +12,17 @@ other and share it, in order, with a :class:`~tidemark.peer_client.context.Batch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from tidemark.peer_client.columns import ColumnEnvelopes, Columns
 from tidemark.peer_client.context import BatchContext, MessageContext
 from tidemark.peer_client.exceptions import BatchFailed
 from tidemark.peer_client.handlers import Handler
 from tidemark.peer_client.records import Envelope
 
-__all__ = ["Job", "RunJob", "call_batch", "ABANDONED"]
+__all__ = ["Job", "RunJob", "ColumnRun", "call_batch", "ABANDONED"]
 
 _Failures = dict[int, BaseException]
 
@@ -71,7 +72,7 @@ async def _invoke_async(handler: Handler, arg: Any, ctx: Callable[[], object]
     return None
 
 
-def call_batch(handler: Handler, messages: list[Any], envs: list[Envelope], peer_id: str
+def call_batch(handler: Handler, messages: list[Any], envs: Sequence[Envelope], peer_id: str
                ) -> _Failures:
     """Call a plain batch handler; the failed messages by index (empty: all handled)."""
     error = _invoke(handler, messages, lambda: BatchContext(envs, peer_id))
@@ -208,3 +209,59 @@ class RunJob:
                     ok.append(env)
             i = j
         self._done(ok, failed, 0)
+
+
+class ColumnRun:
+    """One sender's messages of a replayed chunk (:class:`~tidemark.peer_client.columns.Columns`,
+    by position), run in order by one worker: a batch handler is called once per stretch of
+    messages sharing it, a plain one per message; Envelopes are built only for a handler's
+    context. ``done(run, failed, abandoned)`` gets the failures by position and how many
+    were not run (the peer gave up on queued work)."""
+
+    __slots__ = ("cols", "positions", "handlers", "messages", "peer_id", "_done", "_cancelled")
+    is_async = False
+
+    def __init__(self, cols: Columns, positions: list[int], handlers: list[Handler],
+                 messages: list[Any], peer_id: str,
+                 done: Callable[["ColumnRun", dict[int, BaseException], int], None],
+                 cancelled: Callable[[], bool] = _never) -> None:
+        self.cols, self.positions, self.peer_id = cols, positions, peer_id
+        self.handlers, self.messages = handlers, messages  # by position in the chunk
+        self._done, self._cancelled = done, cancelled
+
+    def run(self) -> None:
+        """Run the handlers in order, then finish."""
+        positions, handlers, messages, cols = (self.positions, self.handlers, self.messages,
+                                               self.cols)
+        failed: dict[int, BaseException] = {}
+        i, n = 0, len(positions)
+        while i < n:
+            if self._cancelled():
+                self._done(self, failed, n - i)
+                return
+            h = handlers[positions[i]]
+            j = i + 1
+            while j < n and handlers[positions[j]] is h:
+                j += 1
+            stretch = positions[i:j] if i or j < n else positions
+            if h.batch:
+                errors = call_batch(h, [messages[k] for k in stretch],
+                                    ColumnEnvelopes(cols, stretch), self.peer_id)
+                for k, error in errors.items():
+                    failed[stretch[k]] = error
+            else:
+                fn, with_context, peer_id = h.fn, h.takes_context, self.peer_id
+                cancelled = self._cancelled
+                for at, k in enumerate(stretch, i):
+                    if at > i and cancelled():  # checked before each call, as RunJob does
+                        self._done(self, failed, n - at)
+                        return
+                    try:
+                        if with_context:
+                            fn(messages[k], MessageContext(cols.envelope(k), peer_id))
+                        else:
+                            fn(messages[k])
+                    except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+                        failed[k] = exc
+            i = j
+        self._done(self, failed, 0)

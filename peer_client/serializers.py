@@ -31,7 +31,7 @@ from tidemark.log.wire import (
 )
 from tidemark.peer_client.exceptions import MessageTypeError, PayloadError
 
-__all__ = ["Serializer", "AvroSerializer", "JsonSerializer", "avro_schema_for"]
+__all__ = ["Serializer", "AvroSerializer", "JsonSerializer", "avro_schema_for", "decode_all"]
 
 _HEADER = len(MARKER) + 8
 _PRIMITIVES = {str: "string", bytes: "bytes", bool: "boolean", int: "long", float: "double"}
@@ -252,12 +252,36 @@ class AvroSerializer:
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload does not fit {self.cls.__qualname__}: {exc}") from None
 
+    def decode_many(self, payloads: list[bytes]) -> list[Any]:
+        """:meth:`decode` of each payload, in one loop when they are all of the current
+        schema and no field needs converting; raises :class:`PayloadError` on the first
+        malformed one."""
+        args: Any = self._fast_args
+        cls, header = self.cls, self._header
+        if args is None:
+            return [self.decode(d) for d in payloads]
+        try:
+            return [cls(*args(d)) if d[:_HEADER] == header else self.decode(d)
+                    for d in payloads]
+        except (IndexError, UnicodeDecodeError, ValueError, TypeError):
+            return [self.decode(d) for d in payloads]  # says which, and why
+
     def register_writer(self, schema: dict[str, Any]) -> bytes:
         """Accept payloads written with another version of the schema (Avro resolution)."""
         parsed: dict[str, Any] = parse_schema(dict(schema), _write_hint=False)  # type: ignore[assignment]
         fp = schema_fingerprint(parsed)
         self._writers[fp] = parsed
         return fp
+
+
+def decode_all(serializer: Any, payloads: list[bytes]) -> list[Any]:
+    """Every payload decoded by ``serializer`` (its ``decode_many`` when it has one);
+    raises what decoding the first malformed one raises."""
+    many = getattr(serializer, "decode_many", None)
+    if many is not None:
+        return list(many(payloads))
+    decode = serializer.decode
+    return [decode(d) for d in payloads]
 
 
 class JsonSerializer:

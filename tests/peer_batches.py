@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tidemark.log.wire import default_codec
 from tidemark.peer_client import MessageContext, message
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.executor import ThreadExecutor
@@ -19,7 +20,8 @@ from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.records import Envelope
 
-__all__ = ["BatchItem", "ENCODE", "Log", "core_of", "messages", "envelopes", "model"]
+__all__ = ["BatchItem", "ENCODE", "Log", "core_of", "messages", "lean_messages", "envelopes",
+           "model", "columns_of", "deliver_columns"]
 
 CODEC = default_codec()
 
@@ -81,6 +83,9 @@ def core_of(limit: int, workers: int = 4,
 # (sender, id number, kind): kind ok, fail (handler raises), unknown (type), malformed
 kinds = st.sampled_from(["ok", "ok", "ok", "fail", "unknown", "malformed"])
 messages = st.lists(st.tuples(st.sampled_from("ABC"), st.integers(0, 30), kinds), max_size=60)
+#: only what the lean path takes (no unknown type, no malformed payload)
+lean_messages = st.lists(st.tuples(st.sampled_from("ABC"), st.integers(0, 30),
+                                   st.sampled_from(["ok", "ok", "ok", "fail"])), max_size=60)
 
 
 def envelopes(spec: list[tuple[str, int, str]]) -> list[Envelope]:
@@ -107,3 +112,25 @@ def model(spec: list[tuple[str, int, str]]) -> dict[str, list[int]]:
         elif kind == "fail":
             out[sender].append(-i)
     return dict(out)
+
+
+def columns_of(envs: list[Envelope]) -> Columns:
+    """Replayed envelopes of one partition as the lean path's columns."""
+    return Columns(envs[0].txlog_partition if envs else 0, "test",
+                   [e.txlog_offset for e in envs], [e.message_id for e in envs],
+                   [e.sender for e in envs], [e.message_type for e in envs],
+                   [e.payload for e in envs], [e.timestamp_ms for e in envs],
+                   [e.delivery_count for e in envs])
+
+
+def deliver_columns(core: PeerCore, envs: list[Envelope], chunk: int) -> int:
+    """Deliver ``envs`` in chunks as the replayer does (the lean path, else the general
+    one); how many chunks the lean path took."""
+    lean = 0
+    for i in range(0, len(envs), chunk):
+        cols = columns_of(envs[i:i + chunk])
+        if core.inbox.accept_columns(cols) is not None:
+            lean += 1
+        else:
+            core.deliver_replayed_batch(cols.envelopes())
+    return lean

@@ -14,6 +14,7 @@ from tidemark.log.wire import (
     RecordReader,
     compile_tuple_reader,
 )
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.records import Envelope, peer_codec
 
 __all__ = ["EntryReader"]
@@ -80,6 +81,40 @@ class EntryReader:
             except CodecError as exc:
                 self._damaged(offset, str(exc))
         return out
+
+    def columns(self, rows: list[tuple[int, bytes]]) -> Columns | None:
+        """The messages of ``(txlog offset, entry)`` pairs as :class:`Columns` (the lean
+        replay path); None unless every entry is a well-formed replay row of this
+        partition (then :meth:`envelopes` reads them, and says what is wrong)."""
+        ids: list[str] = []
+        senders: list[str] = []
+        types: list[str] = []
+        payloads: list[bytes] = []
+        stamps: list[int] = []
+        counts: list[int] = []
+        unpack, names, partition = ROW_HEAD.unpack_from, self._names, self.partition
+        try:
+            for _, value in rows:  # as envelopes() reads a row, without the Envelope
+                if value[:2] != ROW_TAG:
+                    return None
+                ts, _, part, count, a, b, c, d = unpack(value, 2)
+                q = HEAD_SIZE + a
+                ids.append(value[HEAD_SIZE:q].decode())
+                raw = value[q:q + b]
+                senders.append(names.get(raw) or self._name(raw))
+                q += b
+                raw = value[q:q + c]
+                types.append(names.get(raw) or self._name(raw))
+                q += c
+                if q + d != len(value) or part != partition:
+                    return None
+                payloads.append(value[q:])
+                stamps.append(ts)
+                counts.append(count)
+        except (struct.error, UnicodeDecodeError):
+            return None
+        return Columns(partition, self.environment, [off for off, _ in rows], ids, senders,
+                       types, payloads, stamps, counts)
 
     def _name(self, raw: bytes) -> str:
         names = self._names

@@ -363,11 +363,16 @@ class ReplicaReplayer:
         for rows in stream.entry_batches():
             for i in range(0, len(rows), chunk):
                 part = rows[i:i + chunk]
-                envs = reader.envelopes(part)
-                self.replay_received += len(envs)
-                if tail:
-                    envs = tail.admit(envs, limit)
-                self.replayed += core.deliver_replayed_batch(envs)
+                cols = None if tail else reader.columns(part)
+                if cols is not None:  # the lean path (docs/replay.md, "A chunk as columns")
+                    self.replay_received += len(cols)
+                    self.replayed += core.deliver_replayed_columns(cols)
+                else:
+                    envs = reader.envelopes(part)
+                    self.replay_received += len(envs)
+                    if tail:
+                        envs = tail.admit(envs, limit)
+                    self.replayed += core.deliver_replayed_batch(envs)
                 stream.ack(len(part))
         self.damaged += reader.damaged
 

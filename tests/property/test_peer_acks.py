@@ -122,3 +122,31 @@ def test_range_acks_ack_what_per_id_acks_ack(max_batch: int, msgs: list, cuts: l
         return sorted(m for rec in logged for m in rec["message_ids"])
     assert ids(results[True]) == ids(results[False]) == sorted(
         e.message_id for e in envs if e.persistent)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 7), st.booleans(), st.integers(0, 3),
+       st.lists(st.integers(0, 10**6), max_size=40, unique=True),
+       st.lists(st.integers(1, 9), max_size=10), st.data())
+def test_acking_columns_appends_what_acking_their_envelopes_appends(
+        max_batch: int, ranges: bool, partition: int, offsets: list[int], cuts: list[int],
+        data: st.DataObject) -> None:
+    """The lean replay path acks a chunk's handled positions straight from its columns
+    (``Acker.ack_columns``): the same records, ranges included, as ``ack_many`` of the
+    Envelopes of those positions."""
+    from tidemark.peer_client.columns import Columns
+    n = len(offsets)
+    cols = Columns(partition, "default", offsets, [f"m{o}" for o in offsets], ["S"] * n,
+                   ["t"] * n, [b""] * n, [0] * n, [0] * n)
+    by_columns, from_columns = _acker(max_batch, ranges)
+    by_envelopes, from_envelopes = _acker(max_batch, ranges)
+    at = 0
+    for cut in cuts + [n]:
+        chunk = list(range(at, min(n, at + cut)))
+        positions = [k for k in chunk if data.draw(st.booleans())] if chunk else []
+        by_columns.ack_columns(cols, positions)
+        by_envelopes.ack_many([cols.envelope(k) for k in positions])
+        at += cut
+    by_columns.flush()
+    by_envelopes.flush()
+    assert from_columns == from_envelopes

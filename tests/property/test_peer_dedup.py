@@ -36,3 +36,26 @@ def test_window_matches_model(capacity: int, ops: list) -> None:
         assert all(m in window for m in added[-capacity:] if m in model)
         assert all(m in model for m in (f"m{i}" for i in range(16)) if m in window)
         assert len(window) <= min(2 * capacity, len(model))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 8), st.lists(st.one_of(
+    st.tuples(st.just("many"), st.lists(st.integers(0, 15), max_size=12)),
+    st.tuples(st.just("seen"), st.integers(0, 15)),
+    st.tuples(st.just("forget"), st.integers(0, 15))), max_size=40))
+def test_checking_a_list_at_once_is_checking_it_one_by_one(capacity: int, ops: list) -> None:
+    """``check_and_add_many`` (the lean replay path's bulk dedup) reports the positions
+    ``check_and_add`` would refuse, and leaves the window exactly as one by one would,
+    generations included, also for lists longer than the window and with repeated ids."""
+    bulk, single = DedupWindow(capacity), DedupWindow(capacity)
+    for op, arg in ops:
+        if op == "many":
+            mids = [f"m{n}" for n in arg]
+            assert bulk.check_and_add_many(mids) == [
+                i for i, mid in enumerate(mids) if not single.check_and_add(mid)]
+        elif op == "seen":
+            assert bulk.check_and_add(f"m{arg}") == single.check_and_add(f"m{arg}")
+        else:
+            bulk.forget(f"m{arg}")
+            single.forget(f"m{arg}")
+        assert (bulk._cur, bulk._old) == (single._cur, single._old)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemark.peer_client.exceptions import PayloadError
-from tidemark.peer_client.serializers import AvroSerializer, JsonSerializer, _to_data
+from tidemark.peer_client.serializers import AvroSerializer, JsonSerializer, _to_data, decode_all
 
 
 @dataclass
@@ -82,3 +82,30 @@ def test_malformed_payloads_raise_payload_error_only(obj: Flat, junk: bytes, cut
             FLAT.decode(bad)
         except PayloadError:
             pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(flats, st.sampled_from(["ok", "ok", "ok", "cut", "junk"]),
+                          st.binary(max_size=20)), max_size=8))
+def test_decoding_a_list_is_decoding_each(items: list) -> None:
+    """``decode_all`` (the lean replay path's payload loop) gives what ``decode`` gives for
+    each payload, or raises ``PayloadError`` exactly when one of them does not decode."""
+    payloads = []
+    for obj, form, junk in items:
+        data = FLAT.encode(obj)
+        payloads.append(data if form == "ok" else data[:len(data) // 2] if form == "cut"
+                        else junk)
+    for ser in (FLAT, JsonSerializer(Flat)):
+        each: list = []
+        try:
+            for p in (payloads if ser is FLAT else [JsonSerializer(Flat).encode(o)
+                                                    for o, _, _ in items]):
+                each.append(ser.decode(p))
+        except PayloadError:
+            each = None  # type: ignore[assignment]
+        try:
+            got = decode_all(ser, payloads if ser is FLAT else
+                             [JsonSerializer(Flat).encode(o) for o, _, _ in items])
+        except PayloadError:
+            got = None  # type: ignore[assignment]
+        assert got == each

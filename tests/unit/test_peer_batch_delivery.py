@@ -14,7 +14,17 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.peer_batches import ENCODE, BatchItem, Log, core_of, envelopes, messages, model
+from tests.peer_batches import (
+    ENCODE,
+    BatchItem,
+    Log,
+    core_of,
+    deliver_columns,
+    envelopes,
+    lean_messages,
+    messages,
+    model,
+)
 from tidemark.log.wire import AckBatchEncoder, default_codec
 from tidemark.peer_client import MessageContext
 from tidemark.peer_client.acks import MAX_BATCH_BYTES, chunks
@@ -30,11 +40,17 @@ from tidemark.peer_client.records import Envelope
 CODEC = default_codec()
 
 
-def _run(spec: list[tuple[str, int, str]], batched: bool, chunk: int,
+def _run(spec: list[tuple[str, int, str]], batched: bool | str, chunk: int,
          limit: int) -> tuple[Any, ...]:
     core, port, handled = core_of(limit)
     envs = envelopes(spec)
-    if batched:
+    for i, env in enumerate(envs):
+        env.replay = True
+        env.txlog_offset = 10 * i
+    if batched == "columns":
+        lean = deliver_columns(core, envs, chunk)
+        assert lean == -(-len(envs) // chunk) or not lean_only(spec)
+    elif batched:
         for i in range(0, len(envs), chunk):
             core.deliver_replayed_batch(envs[i:i + chunk])
     else:
@@ -58,6 +74,24 @@ def test_batched_delivery_equals_one_by_one(spec: list[tuple[str, int, str]], ch
     oks = {f"m{n}" for _, n, kind in spec if kind == "ok"}
     assert many[2] == sorted(oks)  # every handled message acked once, failures never
     assert len(many[3]) == sum(1 for *_, kind in spec if kind != "ok")
+
+
+def lean_only(spec: list[tuple[str, int, str]]) -> bool:
+    return all(kind in ("ok", "fail") for *_, kind in spec)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(lean_messages, messages), st.integers(1, 25), st.sampled_from([1, 3, 1000]))
+def test_the_lean_path_equals_one_by_one(spec: list[tuple[str, int, str]], chunk: int,
+                                         limit: int) -> None:
+    """A replayed chunk as columns (``Inbox.accept_columns``, the lean path) ends exactly as
+    delivering its messages one by one: handler runs in per-sender order, dedup, stats, acks
+    and failure reports. A chunk it cannot take (an unknown type, a malformed payload) goes
+    the general way, with nothing done twice."""
+    one = _run(spec, False, chunk, limit)
+    lean = _run(spec, "columns", chunk, limit)
+    assert lean == one
+    assert lean[0] == model(spec)
 
 
 def test_the_inbox_limit_bounds_unfinished_messages_of_a_batch() -> None:
@@ -219,3 +253,44 @@ def test_ack_chunks_keep_every_id_once_in_order_within_bounds(
         assert 0 < len(run) <= max_ids
         assert sum(len(m) + 2 for m in run) <= max_bytes or len(run) == 1
     assert MAX_BATCH_BYTES < 1 << 20
+
+
+def test_the_lean_path_leaves_to_the_general_one_what_it_does_not_take() -> None:
+    """``accept_columns`` returns None, having changed nothing (dedup, stats, jobs), for a
+    chunk the general path must decide: no batch executor, the persisted dedup store, an
+    ``async def`` handler, the peer stopping, or an id the held-back list watches for."""
+    from tests.peer_batches import columns_of
+    envs = [Envelope(f"m{i}", "A", "unit.BatchItem", ENCODE(BatchItem(i)), 1, True, "test",
+                     0, True, 0, i) for i in range(4)]
+    cols = columns_of(envs)
+
+    def untouched(inbox: Inbox, jobs: list[Any], stats: dict[str, int]) -> None:
+        assert inbox.accept_columns(cols) is None
+        assert not jobs and not any(stats.values()) and len(inbox.dedup) == 0
+
+    inbox, jobs, stats = _inbox(None)
+    inbox.phase = Phase.REPLAY
+    untouched(inbox, jobs, stats)  # no submit_many: the general path's one-by-one jobs
+    inbox, jobs, stats = _inbox(True)
+    inbox.phase = Phase.REPLAY
+    inbox.completed = _Store()
+    untouched(inbox, jobs, stats)
+    inbox.completed = None
+    inbox.phase = Phase.STOPPING
+    untouched(inbox, jobs, stats)
+    inbox.phase = Phase.REPLAY
+    live = Envelope("m2", "A", "unit.BatchItem", ENCODE(BatchItem(2)), 1, True, "test")
+    inbox.accept_many([live])  # held back during replay: its logged copy matters
+    assert inbox.held.watching and stats["held_back"] == 1
+    stats.clear()
+    assert inbox.accept_columns(cols) is None and not jobs and len(inbox.dedup) == 0
+    inbox.held.seen("m2")
+    assert inbox.accept_columns(cols) == 4 and len(jobs) == 1  # one sender: one job
+
+    async def handle_async(msg: BatchItem) -> None: ...
+    reg = HandlerRegistry()
+    reg.add(handle_async, BatchItem)
+    inbox, jobs, stats = _inbox(True)
+    inbox.handlers = reg
+    inbox.phase = Phase.REPLAY
+    untouched(inbox, jobs, stats)

@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.peer_batches import BatchItem, core_of, envelopes, messages, model
+from tests.peer_batches import (
+    BatchItem,
+    core_of,
+    deliver_columns,
+    envelopes,
+    lean_messages,
+    messages,
+    model,
+)
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
 from tidemark.peer_client.exceptions import HandlerError
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
@@ -51,10 +59,17 @@ def _batchcore_of(limit: int) -> tuple[Any, Any, dict[str, list[int]], list[int]
     return core, port, handled, calls
 
 
-def _deliver(spec: list[tuple[str, int, str]], chunk: int, limit: int) -> tuple[Any, ...]:
+def _deliver(spec: list[tuple[str, int, str]], chunk: int, limit: int,
+             lean: bool = False) -> tuple[Any, ...]:
     core, port, handled, calls = _batchcore_of(limit)
     envs = envelopes(spec)
-    for i in range(0, len(envs), chunk):
+    if lean:
+        for env in envs:
+            env.replay = True
+        deliver_columns(core, envs, chunk)
+    for i in range(0, len(envs), chunk if not lean else len(envs) + 1):
+        if lean:
+            break
         core.deliver_replayed_batch(envs[i:i + chunk])
     assert core.executor.drain(10)
     core.flush_acks()
@@ -72,6 +87,24 @@ def test_a_batch_handler_sees_what_a_plain_handler_sees(spec: list[tuple[str, in
     assert len(failed) == sum(1 for *_, kind in spec if kind != "ok")
     runnable = sum(len(v) for v in handled.values())
     assert sum(calls) == runnable and stats["handled"] + stats["handler_failed"] == runnable
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(lean_messages, messages), st.integers(1, 25), st.sampled_from([1, 3, 1000]))
+def test_the_lean_path_calls_a_batch_handler_as_the_general_path_does(
+        spec: list[tuple[str, int, str]], chunk: int, limit: int) -> None:
+    """Chunks as columns (``Inbox.accept_columns``): the same handled messages, acks,
+    failures and handler calls (one per sender's stretch of a chunk, while the inbox limit
+    leaves room) as envelopes, with the
+    context built from the columns (``ctx.sender``, ``ctx.replay``)."""
+    general = _deliver(spec, chunk, limit)
+    lean = _deliver(spec, chunk, limit, lean=True)
+    assert lean[:3] == general[:3]
+    assert sum(lean[3]) == sum(general[3])
+    if limit == 1000:  # no wait for a slot: one call per sender's stretch of a chunk on both
+        assert sorted(lean[3]) == sorted(general[3])
+    assert {k: v for k, v in lean[4].items() if k != "acks"} == \
+        {k: v for k, v in general[4].items() if k != "acks"}
 
 
 # ---- RunJob against a reference model ------------------------------------------------------

@@ -83,3 +83,39 @@ def test_fields_too_long_for_a_row_stay_queue_entry_bytes() -> None:
               "delivery_count": 0}
     assert encode_row(record) is None
     assert encode_row({**record, "message_id": "m" * 65_535}) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(entries, min_size=1, max_size=8), st.data())
+def test_columns_hold_what_the_envelopes_hold_or_defer_to_them(records: list[dict],
+                                                               data: st.DataObject) -> None:
+    """The lean path's reader: a chunk of well-formed rows of the reader's partition reads as
+    :class:`Columns` whose envelopes are exactly what ``envelopes`` builds; anything else (a
+    damaged row, QueueEntry bytes, another partition) gives None, and ``envelopes`` reads it."""
+    part = data.draw(st.integers(0, 50))
+    rows: list[tuple[int, bytes]] = []
+    for i, rec in enumerate(records):
+        rec = {**rec, "txlog_partition": data.draw(st.sampled_from([part] * 6 + [part + 1]))}
+        row = encode_row(rec)
+        assert row is not None
+        form = data.draw(st.sampled_from(["row"] * 12 + ["entry", "cut"]))
+        value = (row if form == "row" else C.encode("QueueEntry", rec) if form == "entry"
+                 else row[:data.draw(st.integers(0, len(row) - 1))])
+        rows.append((i * 7 + 1, value))
+    reader = EntryReader("env", part)
+    cols = reader.columns(rows)
+    decoded = [_row_or_none(v) for _, v in rows]
+    clean = all(r is not None and r.txlog_partition == part for r in decoded)
+    assert (cols is not None) == clean
+    if cols is None:
+        return
+    assert len(cols) == len(rows) and cols.partition == part
+    assert [_fields(e) for e in cols.envelopes()] == [_fields(e) for e in reader.envelopes(rows)]
+    assert reader.damaged == 0
+
+
+def _row_or_none(value: bytes) -> object:
+    try:
+        return decode_row(value)
+    except RowError:
+        return None
