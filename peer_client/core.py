@@ -27,8 +27,9 @@ from tidemark.peer_client.directory import DirectoryCache, PeerEntry, needs_prob
 from tidemark.peer_client.exceptions import DuplicatePeerError, UnknownPeerError
 from tidemark.peer_client.flight import FlightControl
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
-from tidemark.peer_client.inbox import Inbox, Job
+from tidemark.peer_client.inbox import Inbox
 from tidemark.peer_client.incarnation import new_incarnation, sender_refusal
+from tidemark.peer_client.jobs import Job
 from tidemark.peer_client.latency import Latencies
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.options import PeerOptions

@@ -1,11 +1,9 @@
-"""The receive side: what to do with an arriving message, and the job that handles it.
-
-:func:`decide` is pure: hold back (live message during replay), drop (duplicate id), fail
-(unknown type, no handler, malformed payload: reported, never fatal, never acked) or run.
-With a persisted dedup store (``peer_client.dedup_store``), a message whose handler
-completed in an earlier incarnation is dropped and acked again (``completed_before``).
-The :class:`Inbox` applies decisions; the :class:`Job` runs a handler and then (store: its id
-recorded first) acks, or records the failure. Once the peer is stopping nothing new runs:
+"""The receive side: the :class:`Inbox` applies what :mod:`tidemark.peer_client.decisions`
+decides for each arriving message (holds it back, drops it, reports it, or submits a job to
+the executor), and finishes the jobs (:mod:`tidemark.peer_client.jobs`): acks, or records
+the failure (a persisted dedup store learns a handled id first). A replayed chunk kept as
+columns takes the lean path (:meth:`Inbox.accept_columns`) when nothing in it needs a
+decision of its own. Once the peer is stopping nothing new runs:
 a message that arrives then (from any path: direct, replay, the txlog follower) is dropped
 unacked and not remembered, so it is delivered again to the next incarnation, never handled
 after the acks were flushed.
@@ -17,96 +15,41 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from tidemark.log.registry import env_value
 from tidemark.peer_client.acks import TERM
 from tidemark.peer_client.columns import Columns, sender_runs
 from tidemark.peer_client.context import Phase
+from tidemark.peer_client.decisions import (
+    DROP,
+    FAIL,
+    HOLD,
+    RUN,
+    STOPPED_PHASES,
+    CompletedIds,
+    Decision,
+    decide,
+    decide_admitted,
+)
 from tidemark.peer_client.dedup import DedupWindow
-from tidemark.peer_client.exceptions import Nak, PayloadError, Term
+from tidemark.peer_client.exceptions import Nak, Term
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.held import HeldBack
 from tidemark.peer_client.jobs import ABANDONED, ColumnRun, Job, RunJob
 from tidemark.peer_client.latency import Latencies, Timed
-from tidemark.peer_client.messages import lookup
 from tidemark.peer_client.records import Envelope
 from tidemark.peer_client.serializers import decode_all
 from tidemark.peer_client.slots import Slots
 from tidemark.peer_client.timers import Cancellable, thread_timer
 
-__all__ = ["Decision", "decide", "Job", "RunJob", "Inbox", "HOLD", "DROP", "FAIL", "RUN",
-           "STOPPED_PHASES", "CompletedIds", "Slots"]
+__all__ = ["Inbox"]
 
 log = logging.getLogger("peer_client.inbox")
 #: What :meth:`Inbox._apply_many` returns per message: ``(env, handler, message)`` to run,
 #: ``(env, None, decision)`` otherwise.
 _Todo = tuple[Envelope, "Handler | None", Any]
-
-HOLD, DROP, FAIL, RUN = "hold", "drop", "fail", "run"
-#: Phases in which nothing new is handled (its acks could no longer be flushed).
-STOPPED_PHASES = (Phase.STOPPING, Phase.STOPPED)
-
-
-class CompletedIds(Protocol):
-    """Ids of messages whose handler completed, kept across incarnations (the store)."""
-
-    def __contains__(self, message_id: object) -> bool: ...
-
-    def record(self, message_id: str, now_ms: int) -> bool:
-        """Remember ``message_id``; False if it was already there."""
-
-
-@dataclass(slots=True)
-class Decision:
-    """``action`` is HOLD, DROP, FAIL or RUN; ``kind``/``reason`` say why for FAIL/DROP.
-    (Not frozen: a frozen dataclass costs a microsecond more per message to build.)"""
-
-    action: str
-    kind: str = ""
-    reason: str = ""
-    handler: Handler | None = None
-    message: Any = None
-
-
-def decide(env: Envelope, phase: Phase, environment: str, dedup: DedupWindow,
-           handlers: HandlerRegistry, completed: CompletedIds | None = None) -> Decision:
-    """The fate of one arriving message. Remembers its id in ``dedup`` unless held/dropped.
-    An id new to ``dedup`` but in ``completed`` is DROP ``completed`` (to be acked, not run);
-    it stays in ``dedup``."""
-    if env.environment != environment:
-        return Decision(DROP, "environment", f"message {env.message_id} from {env.sender} is"
-                                             f" in environment {env.environment!r}, this peer"
-                                             f" is in {environment!r}")
-    if phase in STOPPED_PHASES:
-        return Decision(DROP, "stopping", f"message {env.message_id} from {env.sender} arrived"
-                                          f" while this peer is {phase.value}")
-    if phase is Phase.REPLAY and not env.replay:
-        return Decision(HOLD)
-    return decide_admitted(env, dedup, handlers, completed)
-
-
-def decide_admitted(env: Envelope, dedup: DedupWindow, handlers: HandlerRegistry,
-                    completed: CompletedIds | None = None) -> Decision:
-    """:func:`decide` for a message of this environment that the phase lets in."""
-    if not dedup.check_and_add(env.message_id):
-        return Decision(DROP, "duplicate")
-    if completed is not None and env.message_id in completed:
-        return Decision(DROP, "completed")
-    handler = handlers.get(env.message_type)
-    if handler is None:
-        kind = "unknown_type" if lookup(env.message_type) is None else "no_handler"
-        return Decision(FAIL, kind, f"no handler for message type {env.message_type!r}"
-                        + (" (type not declared in this process)" if kind == "unknown_type"
-                           else ""))
-    try:
-        msg = handler.message_type.serializer.decode(env.payload)
-    except PayloadError as exc:
-        return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc}")
-    except Exception as exc:  # noqa: BLE001 - a user serializer may raise anything
-        return Decision(FAIL, "malformed", f"malformed {env.message_type} payload: {exc!r}")
-    return Decision(RUN, "", "", handler, msg)
 
 
 class Inbox:

@@ -63,7 +63,7 @@ class Executor(Protocol):
     """Runs handler jobs, one at a time per key (the sender), in order."""
 
     def submit(self, key: str, job: Any) -> None:
-        """Queue ``job`` (a :class:`tidemark.peer_client.inbox.Job`) behind earlier jobs of
+        """Queue ``job`` (a :class:`tidemark.peer_client.jobs.Job`) behind earlier jobs of
         ``key``."""
 
     def drain(self, timeout: float) -> bool:

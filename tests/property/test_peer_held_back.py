@@ -19,7 +19,8 @@ from tidemark.peer_client.context import Phase
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.handlers import HandlerRegistry
 from tidemark.peer_client.held import HeldBack
-from tidemark.peer_client.inbox import Inbox, Job, RunJob
+from tidemark.peer_client.inbox import Inbox
+from tidemark.peer_client.jobs import Job, RunJob
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.records import Envelope
 

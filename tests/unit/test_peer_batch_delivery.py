@@ -33,7 +33,8 @@ from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.executor import ThreadExecutor
 from tidemark.peer_client.handlers import HandlerRegistry
-from tidemark.peer_client.inbox import Inbox, Job, RunJob
+from tidemark.peer_client.inbox import Inbox
+from tidemark.peer_client.jobs import Job, RunJob
 from tidemark.peer_client.options import PeerOptions
 from tidemark.peer_client.records import Envelope
 

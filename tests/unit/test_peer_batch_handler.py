@@ -26,7 +26,7 @@ from tests.peer_batches import (
 from tidemark.peer_client import BatchContext, BatchFailed, MessageContext, message
 from tidemark.peer_client.exceptions import HandlerError
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
-from tidemark.peer_client.inbox import Job, RunJob
+from tidemark.peer_client.jobs import Job, RunJob
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.records import Envelope
 from tidemark.peer_client.testing import TestBus

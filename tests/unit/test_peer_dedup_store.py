@@ -13,11 +13,12 @@ from tidemark.log import registry
 from tidemark.log.settings import load_settings
 from tidemark.peer_client import MessageContext, Peer, PeerOptions, message
 from tidemark.peer_client.context import Phase
+from tidemark.peer_client.decisions import DROP, RUN, decide
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.dedup_store import DedupStore, resolve_dedup_dir, store_path
 from tidemark.peer_client.exceptions import DedupStoreError
 from tidemark.peer_client.handlers import HandlerRegistry
-from tidemark.peer_client.inbox import DROP, RUN, Inbox, decide
+from tidemark.peer_client.inbox import Inbox
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.records import Envelope
 from tidemark.peer_client.testing import TestBus

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from tidemark.peer_client import message
 from tidemark.peer_client.context import Phase
+from tidemark.peer_client.decisions import DROP, RUN, decide
 from tidemark.peer_client.dedup import DedupWindow
 from tidemark.peer_client.handlers import HandlerRegistry
-from tidemark.peer_client.inbox import DROP, RUN, Inbox, Job, decide
+from tidemark.peer_client.inbox import Inbox
+from tidemark.peer_client.jobs import Job
 from tidemark.peer_client.messages import message_type_of
 from tidemark.peer_client.records import Envelope
 
