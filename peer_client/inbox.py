@@ -408,9 +408,14 @@ class Inbox:
                 while at < len(run):
                     k = len(run) - at if slots is None else slots.take(len(run) - at)
                     part = run[at:at + k] if at or k < len(run) else run
-                    submit(sender, self._timed(ColumnRun(
-                        cols, part, handlers, messages, self.peer_id, self._finish_columns,
-                        self._is_abandoning), k))
+                    try:
+                        submit(sender, self._timed(ColumnRun(
+                            cols, part, handlers, messages, self.peer_id,
+                            self._finish_columns, self._is_abandoning), k))
+                    except BaseException:
+                        if slots is not None:
+                            slots.give(k)  # not submitted: nothing will give them back
+                        raise
                     at += k
         finally:
             if fresh:
