@@ -195,6 +195,7 @@ class PeerCore:
         fresh = self.inbox.accept_columns(cols)
         if fresh is None:
             return self.deliver_replayed_batch(cols.envelopes())
+        self.stats["replayed_lean"] += len(cols)
         if len(cols):
             self.latencies.by_name["replay_batch"].observe((perf_counter() - t0) / len(cols))
         return fresh

@@ -71,6 +71,8 @@ COUNTER_HELP: dict[str, str] = {
     "no_handler": "messages of a declared type without a handler here (not acked, reported)",
     "malformed": "messages whose payload did not decode (not acked, reported)",
     "duplicates": "messages dropped as duplicates (seen in the dedup window or already held)",
+    "replayed_lean": "replayed messages taken in bulk, a chunk as columns (the lean path; the"
+                     " others went one message at a time)",
     "completed_before": "messages completed by an earlier incarnation: acked, not run again",
     "abandoned": "queued messages dropped unhandled and unacked when the peer gave up its"
                  " work (the next incarnation gets them again)",

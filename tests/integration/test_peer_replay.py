@@ -95,6 +95,8 @@ def test_down_peer_replays_every_message_once_in_order(
         # what the queues covered is replayed, the rest comes through the handover
         assert st["phase"] == "normal" and st["replayed"] + st["forwarded"] == N, st
         assert st["replay"]["handover_target"] >= N and st["replay"]["stage"] == "normal"
+        # a plain handler, no dedup store, no tail: every replayed chunk went the lean way
+        assert st["stats"].get("replayed_lean", 0) == st["replay"]["replay_received"], st
     assert seen.count() == N and job.alive, job.log_tail()
     # the replayed messages were acked by range: each record names B's partition and a
     # range holding the Send of every id it lists, and together they list each message once
