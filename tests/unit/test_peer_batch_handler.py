@@ -67,10 +67,9 @@ def _deliver(spec: list[tuple[str, int, str]], chunk: int, limit: int,
         for env in envs:
             env.replay = True
         deliver_columns(core, envs, chunk)
-    for i in range(0, len(envs), chunk if not lean else len(envs) + 1):
-        if lean:
-            break
-        core.deliver_replayed_batch(envs[i:i + chunk])
+    else:
+        for i in range(0, len(envs), chunk):
+            core.deliver_replayed_batch(envs[i:i + chunk])
     assert core.executor.drain(10)
     core.flush_acks()
     core.executor.close()
