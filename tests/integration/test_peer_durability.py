@@ -76,9 +76,14 @@ def test_quorum_all_timeout_and_flight_size(bootstrap: str, tmp_path: Path) -> N
             assert blocked and blocked[0].result(60)
             assert all(x.result(60) for x in handles)
 
-        out = bench_stable(settings, rate=500, seconds=2)
+        out = bench_stable(settings, rate=500, seconds=2, warm_up_s=2)
         assert out["failed"] == 0 and out["messages"] == 1000
         assert 0 < out["stable_p50_ms"] <= out["stable_p99_ms"]
+        # the raw baseline beside each counted round, and each side's CPU per message
+        assert out["rounds"] == 2 and len(out["raw_round_p99_ms"]) == 2
+        assert 0 < out["raw_ack_p50_ms"] <= out["raw_ack_p99_ms"]
+        assert set(out["cpu_us_per_msg"]) == {"raw", "tidemark"}
+        assert all(side["client"] > 0 for side in out["cpu_us_per_msg"].values())
 
         fail_fast = PeerOptions(durability_timeout_ms=3000, flight_size=100, flight_mode="raise")
         with Peer("A2", settings.environment, settings, fail_fast) as a2:

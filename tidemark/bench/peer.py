@@ -191,25 +191,63 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def raw_ack_latency(settings: Settings, rate: int, seconds: float, size: int,
-                    recipients: int = 100) -> dict[str, float]:
+                    recipients: int = 100, latencies: list[float] | None = None,
+                    producer: Any = None) -> dict[str, float]:
     """The baseline of :func:`bench_stable`: a plain confluent-kafka producer with the durable
     settings (acks=all) paced at the same rate; p50/p99 from ``produce`` to its delivery
-    report, i.e. what Kafka alone takes to make a record durable on the same cluster."""
+    report, i.e. what Kafka alone takes to make a record durable on the same cluster.
+    Each latency is also appended to ``latencies``; ``producer``: one to reuse (warm)."""
     from confluent_kafka import Producer
 
     from tidemark.bench.produce import bench_topic
-    producer = Producer(settings.producer_config())
+    if producer is None:
+        producer = Producer(settings.producer_config())
     topic, value = bench_topic(settings), os.urandom(size)  # shaped like txlog, not read
-    latencies: list[float] = []
+    got: list[float] = []
     total = max(1, int(rate * seconds))
     start = time.perf_counter()
     for i in range(total):
         _pace(start + i / rate, producer.poll)
         producer.produce(topic, value, f"bench-raw-{i % recipients}",
-                         on_delivery=_timer(latencies, time.perf_counter()))
+                         on_delivery=_timer(got, time.perf_counter()))
         producer.poll(0)
     producer.flush(60)
-    return {"p50_ms": _pct(latencies, 0.50), "p99_ms": _pct(latencies, 0.99)}
+    if latencies is not None:
+        latencies.extend(got)
+    return {"p50_ms": _pct(got, 0.50), "p99_ms": _pct(got, 0.99)}
+
+
+class _CpuRounds:
+    """The CPU split of counted rounds: core-seconds per part summed over the rounds of a
+    side, then microseconds per message (``None`` parts: not a process of the local stack)."""
+
+    def __init__(self, groups: dict[str, dict[str, int]]) -> None:
+        self.groups = groups
+        self.core_s: dict[str, dict[str, float | None]] = {}
+        self.messages: dict[str, int] = {}
+
+    def measure(self, side: str, messages: int, run: Callable[[], Any]) -> Any:
+        """Run one counted round of ``side`` under a CPU account."""
+        from tidemark.stack.cpu_account import CpuAccount
+        account = CpuAccount(self.groups)
+        account.start()
+        try:
+            return run()
+        finally:
+            account.stop()
+            parts = {"client": account.used("client"), "replicas": account.used("replicas"),
+                     "brokers": account.used("brokers")}
+            report = account.report(parts, messages)["core_s"]
+            mine = self.core_s.setdefault(side, {})
+            for k, v in report.items():
+                mine[k] = None if v is None or (k in mine and mine[k] is None) else \
+                    (mine.get(k) or 0.0) + v
+            self.messages[side] = self.messages.get(side, 0) + messages
+
+    def us_per_msg(self) -> dict[str, dict[str, float | None]]:
+        return {side: {k: None if v is None else round(v / self.messages[side] * 1e6, 1)
+                       for k, v in parts.items()}
+                for side, parts in self.core_s.items()}
 
 
 class _Tally:
@@ -256,32 +294,50 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
                  payload_bytes: int = 150, warm_up_s: float = 10.0,
                  progress: Callable[[str], None] = lambda m: None,
                  switch: Callable[[bool], float] | None = None, pairs: int = 2,
-                 skip_reason: str = "--no-security-compare") -> dict[str, Any]:
+                 skip_reason: str = "--no-security-compare",
+                 pids: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """Send→stable latency: ``send_nowait`` at durability ``all`` at ``rate`` msgs/s for
     ``seconds``; p50/p99 of the time from the call to the stable cut covering the Send,
     beside the raw baseline (:func:`raw_ack_latency`, same rate, same cluster).
-    A first round of ``warm_up_s`` at the same rate is not counted: it opens the peer's
-    streams to the replicas and reads the cluster config, which the first sends of a new
-    peer would otherwise pay (0.4-0.6 s), and it takes the first seconds of load on replica
-    nodes that have just started (``make bench`` starts them right before this bench): on
-    one stack, the first 5 s round after their start gave p99 112-160 ms and the next ones
-    63-75 ms (2026-11-24, 2 s warm-up).
+
+    The baseline is measured beside each counted round, not once: a raw round of the same
+    length runs right before every counted round of the peer, after an uncounted warm-up
+    of its own, and its latencies are pooled like the peer's. Measured once at the start,
+    it caught the brokers still compiling (on 2026-11-28: raw p99 1.8 and 2.8 s on two fresh
+    stacks, against 60-150 ms on the same stack minutes later), which made the ratio
+    meaningless. A first round of ``warm_up_s`` at the same rate is not counted either: it
+    opens the peer's streams to the replicas and reads the cluster config, which the first
+    sends of a new peer would otherwise pay (0.4-0.6 s), and it takes the first seconds of
+    load on replica nodes that have just started.
     ``switch`` (the nodes to plaintext with True, back to TLS with False; returns the
     seconds the restart took): the rounds alternate secure and insecure ``pairs`` times
     (:func:`tidemark.bench.security.round_modes`), each on a peer of its side after its
     own warm-up, and the ``security_*`` fields compare the two p99s; the headline figures
-    pool the secure rounds. Without it, one secure round and ``skip_reason``.
+    pool the secure rounds. Without it, ``pairs`` secure rounds on one peer and
+    ``skip_reason``.
+    ``pids`` (``{"replicas": {name: pid}, "brokers": {...}}``, the local stack's): the
+    ``cpu`` field gives each side's CPU per message in µs, split between this process (the
+    client: the peer or the raw producer), the replica nodes, the brokers and the machine.
     Needs the replica nodes (``tidemark local up --replicas 2x2``) on ``settings``' topics."""
+    from confluent_kafka import Producer
     msg = BenchPayload(os.urandom(payload_bytes))
-    progress(f"raw baseline: plain producer, acks=all, {rate}/s for {seconds:g} s")
-    raw = raw_ack_latency(settings, rate, seconds, payload_bytes + 60)
     total = max(1, int(rate * seconds))
+    raw_producer = Producer(settings.producer_config())
+    raw_latencies: list[float] = []
+    if warm_up_s > 0:
+        progress(f"raw baseline: plain producer, acks=all, warm-up {rate}/s for {warm_up_s:g} s"
+                 " (not counted)")
+        raw_ack_latency(settings, rate, warm_up_s, payload_bytes + 60, producer=raw_producer)
+    cpu = _CpuRounds({"client": {"client": os.getpid()}, **(pids or {})})
     options = PeerOptions(flight_size=max(total, int(rate * warm_up_s), 1), heartbeat_ms=60_000)
     latencies: dict[bool, list[float]] = {False: [], True: []}
     round_p99: dict[bool, list[float]] = {False: [], True: []}
+    raw_p99: list[float] = []
     sent_s, drain_s, failed = 0.0, 0.0, 0
     restarts: list[float] = []
-    for insecure in (round_modes(pairs) if switch is not None else [False]):
+    sides = [[m] for m in round_modes(pairs)] if switch is not None else [[False] * pairs]
+    for modes in sides:
+        insecure = modes[0]
         side = "insecure" if insecure else "secure"
         if switch is not None:
             took = switch(insecure)
@@ -295,25 +351,36 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
                 progress(f"{side}: warm-up {rate}/s for {warm_up_s:g} s at durability all"
                          " (not counted)")
                 _stable_round(peer, msg, rate, max(1, int(rate * warm_up_s)), [])
-            got: list[float] = []
-            s_s, d_s, f = _stable_round(peer, msg, rate, total, got)
-        latencies[insecure].extend(got)
-        round_p99[insecure].append(_pct(got, 0.99))
-        progress(f"{side}: sent {total} at durability all; p99 {round_p99[insecure][-1]} ms;"
-                 f" all stable {d_s:.2f} s after the last")
-        if not insecure:
-            sent_s, drain_s, failed = sent_s + s_s, max(drain_s, d_s), failed + f
+            for _ in modes:
+                raw = cpu.measure("raw", total, partial(
+                    raw_ack_latency, settings, rate, seconds, payload_bytes + 60,
+                    latencies=raw_latencies, producer=raw_producer))
+                raw_p99.append(raw["p99_ms"])
+                progress(f"raw baseline: sent {total} with acks=all; p99 {raw['p99_ms']} ms")
+                got: list[float] = []
+                s_s, d_s, f = cpu.measure("tidemark" if not insecure else "insecure", total,
+                                          partial(_stable_round, peer, msg, rate, total, got))
+                latencies[insecure].extend(got)
+                round_p99[insecure].append(_pct(got, 0.99))
+                progress(f"{side}: sent {total} at durability all; p99"
+                         f" {round_p99[insecure][-1]} ms; all stable {d_s:.2f} s after the last")
+                if not insecure:
+                    sent_s, drain_s, failed = sent_s + s_s, max(drain_s, d_s), failed + f
+    raw_producer.flush(10)
     secure = latencies[False]
-    p99 = _pct(secure, 0.99)
+    p99, raw_all_p99 = _pct(secure, 0.99), _pct(raw_latencies, 0.99)
     # achieved_rate: how fast the sends went out (the pacing loop); drain_s: how long after
     # the last send every one of them was stable
-    result = {"messages": total, "warm_up_s": warm_up_s, "target_rate": rate,
-              "achieved_rate": round(len(secure) / sent_s),
+    result = {"messages": total, "rounds": len(round_p99[False]), "warm_up_s": warm_up_s,
+              "target_rate": rate, "achieved_rate": round(len(secure) / sent_s),
               "drain_s": round(drain_s, 2),
               "stable_p50_ms": _pct(secure, 0.50), "stable_p99_ms": p99, "failed": failed,
-              "target_p99_ms": 100, "raw_ack_p50_ms": raw["p50_ms"],
-              "raw_ack_p99_ms": raw["p99_ms"],
-              "ratio_p99": round(p99 / raw["p99_ms"], 2) if raw["p99_ms"] else None}
+              "round_p99_ms": round_p99[False],
+              "target_p99_ms": 100, "target_ratio_p99": 4,
+              "raw_ack_p50_ms": _pct(raw_latencies, 0.50), "raw_ack_p99_ms": raw_all_p99,
+              "raw_round_p99_ms": raw_p99,
+              "ratio_p99": round(p99 / raw_all_p99, 2) if raw_all_p99 else None,
+              "cpu_us_per_msg": cpu.us_per_msg()}
     if switch is None:
         return {**result, **skipped(skip_reason)}
     compared = compare_latency(p99, _pct(latencies[True], 0.99), round_p99[False],

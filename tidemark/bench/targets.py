@@ -37,9 +37,13 @@ def send(r: dict[str, Any]) -> list[str]:
 
 
 def stable(r: dict[str, Any]) -> list[str]:
-    """``bench stable``: send->stable p99 <= ``target_p99_ms``; the security ratio."""
+    """``bench stable``: send->stable p99 <= ``target_p99_ms`` and <= ``target_ratio_p99``
+    times the raw producer's p99 in the same run; the security ratio."""
     p99, target = r.get("stable_p99_ms"), r["target_p99_ms"]
     late = [] if p99 is not None and p99 <= target else [f"stable p99 {p99} ms > {target} ms"]
+    ratio, most = r.get("ratio_p99"), r.get("target_ratio_p99")
+    if most is not None and (ratio is None or ratio > most):
+        late.append(f"stable p99 {ratio} x the raw producer's > {most} x")
     return late + _security(r)
 
 

@@ -201,11 +201,14 @@ def _bench_stable(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from tidemark.bench.peer import bench_stable
+    from tidemark.stack.cpu_account import stack_pids
+    pids = {"replicas": stack_pids(args.state_dir, "replica"),
+            "brokers": stack_pids(args.state_dir, "broker")}
     with ExitStack() as stack:
         switch, reason = replica_switch(args, stack)
         result = bench_stable(settings_from_args(args), rate=args.rate, seconds=args.seconds,
                               warm_up_s=args.warm_up, progress=progress, switch=switch,
-                              pairs=args.security_pairs, skip_reason=reason)
+                              pairs=args.security_pairs, skip_reason=reason, pids=pids)
     if args.json:
         print_json(result)
         return bench_exit(args, result)
@@ -216,8 +219,12 @@ def _bench_stable(args: argparse.Namespace) -> int:
           f"{result['target_p99_ms']} ms; {result['failed']} failed; all stable"
           f" {result['drain_s']} s after the last send)")
     print(f"raw producer acks=all, same rate     : p50 {result['raw_ack_p50_ms']} ms,"
-          f" p99 {result['raw_ack_p99_ms']} ms (Kafka alone; stable p99 / raw p99 ="
-          f" {result['ratio_p99']})")
+          f" p99 {result['raw_ack_p99_ms']} ms (Kafka alone, a round beside each of the"
+          f" {result['rounds']}; stable p99 / raw p99 = {result['ratio_p99']}, target <="
+          f" {result['target_ratio_p99']})")
+    for side, parts in result["cpu_us_per_msg"].items():
+        print(f"CPU per message, {side:8}: " + ", ".join(
+            f"{k} {'-' if v is None else v} us" for k, v in parts.items()))
     _print_security(result, "ms p99")
     return bench_exit(args, result)
 

@@ -53,7 +53,7 @@ from tidemark.peer_client import (
     message,
     message_type_of,
 )
-from tidemark.stack.cpu_account import CpuAccount
+from tidemark.stack.cpu_account import CpuAccount, stack_pids
 
 __all__ = ["bench_replay", "BenchItem", "TARGET_RATE", "TARGET_RATIO",
            "TARGET_USER_LOOP_RATIO", "TARGET_MACHINE_US", "HANDLERS", "RssSampler",
@@ -131,17 +131,6 @@ class RssSampler:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
-
-
-def _stack_pids(state_dir: str | None, kind: str) -> dict[str, int]:
-    """Pids of the local stack's ``kind`` processes (replica, broker) in ``state_dir``
-    (empty when there is none)."""
-    from tidemark.stack.launcher import LocalStack
-    try:
-        stack = LocalStack(state_dir)
-    except TidemarkError:
-        return {}
-    return {s.name: s.pid for s in stack.processes(kind) if s.pid and stack.alive(s)}
 
 
 def fill(settings: Settings, peer: str, k: int, n: int, payload: bytes, direct: bool,
@@ -420,8 +409,8 @@ def security_rounds(settings: Settings, peers: list[str], n: int, state_dir: str
             say(f"replica nodes restarted {side} in {took:.1f} s")
         _before_round(settings, peer, direct, say, settle_s)
         say(f"{side} round: replaying {n:,} messages into {peer}")
-        got = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
-                          batch, window, _stack_pids(state_dir, "broker"), handler, insecure)
+        got = peer_replay(settings, peer, n, stack_pids(state_dir, "replica"), timeout_s, say,
+                          batch, window, stack_pids(state_dir, "broker"), handler, insecure)
         rates[insecure].append(got["peer_msgs_per_s"])
         say(f"{side} round: {got['peer_msgs_per_s']:,} msgs/s")
     out = compare_throughput(rates[False], rates[True])
@@ -470,8 +459,8 @@ def ack_rounds(settings: Settings, peers: list[str], n: int, state_dir: str | No
         _before_round(settings, peer, direct, say, settle_s)
         mode = "range acks" if ranged else "acks by id"
         say(f"{mode} round: replaying {n:,} messages into {peer}")
-        one = peer_replay(settings, peer, n, _stack_pids(state_dir, "replica"), timeout_s, say,
-                          batch, window, _stack_pids(state_dir, "broker"), handler,
+        one = peer_replay(settings, peer, n, stack_pids(state_dir, "replica"), timeout_s, say,
+                          batch, window, stack_pids(state_dir, "broker"), handler,
                           range_acks=ranged)
         got[ranged].append(one)
         say(f"{mode} round: {one['peer_msgs_per_s']:,} msgs/s,"
@@ -524,7 +513,7 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
                               "fill": fill_mode, "fill_s": round(fill_s, 1), "peer": peer,
                               "partition": k, "batch": batch, "window": window,
                               "handler": handler, **settled}
-    brokers = _stack_pids(state_dir, "broker")
+    brokers = stack_pids(state_dir, "broker")
     say("raw confluent-kafka consumer on the same queue records")
     result.update(raw_read(settings, peer, k, q0, messages, timeout_s, say, brokers))
     settle(say, settle_s)
@@ -534,7 +523,7 @@ def bench_replay(settings: Settings, messages: int = 1_000_000, payload_bytes: i
     result["settle_before_replay_s"] = again["settle_s"]
     say(f"replaying into a Peer's {handler} handler (replay on start, batch {batch},"
         f" window {window})")
-    result.update(peer_replay(settings, peer, messages, _stack_pids(state_dir, "replica"),
+    result.update(peer_replay(settings, peer, messages, stack_pids(state_dir, "replica"),
                               timeout_s, say, batch, window, brokers, handler))
     raw, loop = result["raw_msgs_per_s"], result["user_loop_msgs_per_s"]
     result["ratio"] = round(result["peer_msgs_per_s"] / raw, 3) if raw else None

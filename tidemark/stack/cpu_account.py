@@ -14,9 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from tidemark.log.exceptions import TidemarkError
 from tidemark.stack.settle import cpu_times
 
-__all__ = ["CpuAccount", "process_cpu_s"]
+__all__ = ["CpuAccount", "process_cpu_s", "stack_pids"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -89,6 +90,17 @@ class CpuAccount:
                 "cores": {k: _r(None if v is None else v / span, 2) for k, v in rows.items()},
                 "us_per_msg": {k: _r(None if v is None or not messages else
                                      v / messages * 1e6, 2) for k, v in rows.items()}}
+
+
+def stack_pids(state_dir: str | None, kind: str) -> dict[str, int]:
+    """Pids of the local stack's ``kind`` processes (``replica``, ``broker``) in
+    ``state_dir``, by name (empty when there is no local stack there)."""
+    from tidemark.stack.launcher import LocalStack
+    try:
+        stack = LocalStack(state_dir)
+    except TidemarkError:
+        return {}
+    return {s.name: s.pid for s in stack.processes(kind) if s.pid and stack.alive(s)}
 
 
 def _machine_s() -> float:
