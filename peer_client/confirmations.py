@@ -31,9 +31,11 @@ class Confirmations:
     they have not settled yet.
 
     ``quorum`` holds below the end that a majority of the partition's counting replicas
-    applied (the ``need``-th largest applied end); ``all`` below the largest stable end any
-    of them reported (every node's cut is honest, so one suffices). Ends only move forward:
-    a lower report than one already known is ignored."""
+    applied (the ``need``-th largest applied end); ``all`` below the smallest applied end of
+    all of them (what the universal stable cut of the partition is, read from the nodes' own
+    reports before their gossip has told each other), or below the largest stable end any
+    of them reported (every node's cut is honest, so one suffices), whichever is higher.
+    Ends only move forward: a lower report than one already known is ignored."""
 
     def __init__(self) -> None:
         self.ends: dict[str, dict[int, tuple[int, int]]] = {}
@@ -59,17 +61,17 @@ class Confirmations:
         """Below which offset ``partition`` holds at ``level`` by the reports so far."""
         if not owners:
             return 0
+        reported = [self.ends.get(n, {}).get(partition, (0, 0)) for n in owners]
         if level == "quorum":
-            applied = sorted((self.ends.get(n, {}).get(partition, (0, 0))[0] for n in owners),
-                             reverse=True)
+            applied = sorted((a for a, _ in reported), reverse=True)
             return applied[len(owners) // 2]  # the (majority)-th largest
-        return max(self.ends.get(n, {}).get(partition, (0, 0))[1] for n in owners)
+        return max(min(a for a, _ in reported), max(s for _, s in reported))
 
     def confirmed(self, level: str, partition: int, offset: int,
                   owners: Sequence[str]) -> list[str]:
-        """The owners whose reports show ``offset`` holding at ``level`` on them."""
-        i = 0 if level == "quorum" else 1
-        return [n for n in owners if self.ends.get(n, {}).get(partition, (0, 0))[i] > offset]
+        """The owners whose reports show ``offset`` applied on them (``quorum`` needs a
+        majority of them, ``all`` every one, unless a stable end reported covers it)."""
+        return [n for n in owners if self.ends.get(n, {}).get(partition, (0, 0))[0] > offset]
 
     def settle(self, partitions: Iterable[int],
                owners: Mapping[int, Sequence[str]]) -> list[Done]:

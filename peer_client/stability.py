@@ -263,7 +263,7 @@ class ReplicaStability:
             confirmed = self._book.confirmed(level, k, offset, owners)
             errors = [self._errors[n] for n in owners if n in self._errors]
             unavailable = self._unavailable
-        need = len(owners) // 2 + 1 if level == "quorum" else 1
+        need = len(owners) // 2 + 1 if level == "quorum" else len(owners)
         why = "; ".join(errors + ([unavailable] if unavailable else []))
         return DurabilityTimeoutError(
             f"{level} not reached for txlog partition {k} offset {offset} within"

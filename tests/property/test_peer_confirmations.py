@@ -1,7 +1,8 @@
 """Durability bookkeeping (:class:`tidemark.peer_client.confirmations.Confirmations`) against a model:
 a wait completes exactly once, only when its level holds by the reports so far (``quorum``:
-a majority of the partition's replicas applied it; ``all``: some replica's stable cut covers
-it) or its deadline passed, and every wait that holds is settled."""
+a majority of the partition's replicas applied it; ``all``: every replica applied it, or
+some replica's stable cut covers it) or its deadline passed, and every wait that holds is
+settled."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _holds(model: dict, level: str, k: int, offset: int) -> bool:
     owners = OWNERS[k]
     if level == "quorum":
         return sum(model.get((n, k), (0, 0))[0] > offset for n in owners) > len(owners) // 2
-    return any(model.get((n, k), (0, 0))[1] > offset for n in owners)
+    return (all(model.get((n, k), (0, 0))[0] > offset for n in owners)
+            or any(model.get((n, k), (0, 0))[1] > offset for n in owners))
 
 
 @settings(max_examples=400, deadline=None)

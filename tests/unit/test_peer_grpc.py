@@ -142,6 +142,11 @@ def test_quorum_and_all_are_answered_by_the_replicas() -> None:
         assert isinstance(results["q9"], DurabilityTimeoutError)
         assert "txlog partition 0" in str(results["q9"])
         assert "1 of 2 replicas (r0, r1) confirmed, 2 needed" in str(results["q9"])
+        # all: every replica applied it is enough, before any node's cut says so
+        stab.wait("all", 0, 8, lambda e: results.__setitem__("a8", e))
+        replicas[1].advance(9)  # applied 10 and 9, stable still 6
+        wait_for(lambda: "a8" in results, 10, 0.02, "all from the applied ends")
+        assert results["a8"] is None
         # r1 goes away and comes back on its address: the peer's stream reconnects
         replicas[1].stop()
         stab.wait("quorum", 0, 11, lambda e: results.__setitem__("q11", e))
