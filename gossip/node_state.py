@@ -76,12 +76,18 @@ class NodeState:
 
     # ---- derived views -----------------------------------------------------------------------
     def view(self) -> ReplicaView:
-        """The parts the stable cut and the GC point need."""
-        return ReplicaView(self.node_id, self.epoch,
-                           {r.tp: (r.base_start, r.base_end) for r in self.ranges},
-                           dict(self.gc_cut),
-                           {r.tp: r.caught_up_ms for r in self.ranges if r.caught_up_ms},
-                           {r.tp: r.log_end for r in self.ranges})
+        """The parts the stable cut and the GC point need. Made once per state (the state is
+        frozen, and a node recomputes its cut from the same states up to a hundred times a
+        second under load), so callers must not change it."""
+        cached = self.__dict__.get("_view")
+        if cached is None:
+            cached = ReplicaView(self.node_id, self.epoch,
+                                 {r.tp: (r.base_start, r.base_end) for r in self.ranges},
+                                 dict(self.gc_cut),
+                                 {r.tp: r.caught_up_ms for r in self.ranges if r.caught_up_ms},
+                                 {r.tp: r.log_end for r in self.ranges})
+            object.__setattr__(self, "_view", cached)  # not a field: equality is unchanged
+        return cached
 
     def maps(self) -> dict[str, IntervalMap]:
         """Full interval maps by tp (for backfill and missing-data decisions)."""

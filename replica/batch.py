@@ -24,6 +24,7 @@ class StoreState(Protocol):
     maps: dict[tuple[str, int], IntervalMap]
     positions: dict[tuple[str, int], int]
     applied_ms: dict[tuple[str, int], int]
+    ledger_version: int  # moves on each commit that wrote a loss ledger entry
 
     @property
     def lock(self) -> AbstractContextManager[Any]:
@@ -45,6 +46,7 @@ class Batch:
         self.maps: dict[tuple[str, int], IntervalMap] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.applied_ms: int = 0
+        self.ledger = False  # a loss ledger entry was put (the store's ledger version moves)
         self.floors: dict[tuple[str, int], int] = {}          # floor raises (GC)
         self.delete_ifs: list[tuple[bytes, bytes]] = []       # (key, value): delete if equal
         # queue keys this batch upserted or deleted: (partition, key) -> (peer, txlog offset)
@@ -81,6 +83,8 @@ class Batch:
 
     def put(self, key: bytes, value: bytes) -> None:
         """Put a raw key."""
+        if key[:1] == b"L":
+            self.ledger = True
         self.wb.put(key, value)
 
     def delete(self, key: bytes) -> None:
@@ -137,6 +141,8 @@ class Batch:
         for (topic, k), pos in self.positions.items():
             self.wb.put(position_key(topic, k), POSITION.pack(pos, self.applied_ms))
         self.wb.write()
+        if self.ledger:
+            self.store.ledger_version += 1
         self.store.maps.update(self.maps)
         for key, pos in self.positions.items():
             self.store.positions[key] = pos

@@ -9,7 +9,7 @@ bootstrap = "127.0.0.1:9092"
 [cluster]
 data_dir = "replicas"        # relative to this file; each node uses data_dir/<node id>
 gossip_interval_ms = 500
-gossip_push_ms = 20          # push state this soon after applying records (0: timer only)
+gossip_push_ms = 100         # push state this soon after applying records (0: timer only)
 metrics_host = "127.0.0.1"   # optional; default TIDEMARK_METRICS_HOST, else 127.0.0.1
 secret = "..."               # optional; signs gossip, status and backfill calls (HMAC)
 [[cluster.partitions]]
@@ -102,7 +102,7 @@ class ClusterFile:
     #: After applying records a node pushes its state to the others at once, at most every
     #: ``gossip_push_ms`` (0: only every ``gossip_interval_ms``), so the stable cut follows
     #: the log within tens of milliseconds instead of a gossip period.
-    gossip_push_ms: int = 20
+    gossip_push_ms: int = 100
     down_after_ms: int = 3000
     sync_writes: bool = False
     metrics_host: str = "127.0.0.1"
@@ -214,7 +214,7 @@ def load_cluster_file(path: str | os.PathLike[str],
                        partitions=partitions,
                        gossip_interval_ms=_int(cluster, "gossip_interval_ms", 500,
                                                f"{path}: cluster", 10),
-                       gossip_push_ms=_int(cluster, "gossip_push_ms", 20, f"{path}: cluster", 0),
+                       gossip_push_ms=_int(cluster, "gossip_push_ms", 100, f"{path}: cluster", 0),
                        down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
                        sync_writes=bool(cluster.get("sync_writes", False)), release=release,
                        metrics_host=_metrics_host(cluster, env), secret=secret,
