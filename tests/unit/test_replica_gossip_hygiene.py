@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from tidemark.gossip.cluster_config import ConfigLog, Epoch, Partition
-from tidemark.gossip.node_state import NodeState
+from tidemark.gossip.node_state import NodeState, PartitionRanges
 from tidemark.log.settings import load_settings
 from tidemark.log.wire import default_codec
 from tidemark.replica.ingest import Ingestor
@@ -140,3 +140,19 @@ def test_caught_up_time_is_not_claimed_past_a_gap(tmp_path: Path) -> None:
     ingest._refresh_high(6_000)
     assert ingest.caught_up_ms["txlog/0"] == 5_000
     store.close()
+
+
+def test_a_states_cut_view_is_made_once_and_changes_nothing_else() -> None:
+    ranges = (PartitionRanges("txlog", 0, 0, 40, 50, ((45, 48),), 7),
+              PartitionRanges("queues", 0, 0, 9, 9))
+    state = NodeState("n1", 2, 1000, True, ranges, {"txlog/0": 30})
+    twin = NodeState("n1", 2, 1000, True, ranges, {"txlog/0": 30})
+    view = state.view()
+    assert state.view() is view  # a cut recomputation reads it without rebuilding it
+    assert view.base == {"txlog/0": (0, 40), "queues/0": (0, 9)}
+    assert view.gc_cut == {"txlog/0": 30} and view.caught_up_ms == {"txlog/0": 7}
+    assert view.log_end == {"txlog/0": 50, "queues/0": 9}
+    # the cached view is not a field: equality, repr and the wire are as before
+    assert state == twin and repr(state) == repr(twin)
+    assert state.encode() == twin.encode()
+    assert NodeState.decode(state.encode()) == state
