@@ -30,7 +30,8 @@ run "bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)" queues
 run "bench queues --step (the job's step per message: single Acks vs signed AckBatches, same messages; no target)" queues --step
 run "bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)" queues --backlog 1000000
 $T local up --replicas 2x2 >/dev/null
-run "bench stable (send->stable at durability all, 10k msgs/s, target p99 <= 100 ms; replicas 2x2 added;
+run "bench stable (send->stable at durability all, 10k msgs/s, targets p99 <= 100 ms and <= 4 x the raw
+   acks=all producer's p99, which runs a round beside each counted round; replicas 2x2 added;
    TLS vs --insecure, the replica nodes restarted plaintext and back, target >= 0.9)" stable $SECURITY
 run "bench replay (a 1M backlog replayed into a Peer's handler beside a raw consumer of the same
    queue records and the loop a user writes without Tidemark; targets >= 100k msgs/s, >= 0.4 x
