@@ -163,7 +163,8 @@ def _security_args(parser: argparse.ArgumentParser, pairs: bool = True) -> None:
     if pairs:
         parser.add_argument("--security-pairs", type=int, default=2, metavar="N",
                             help="secure and insecure rounds alternate N times each"
-                                 " (default 2)")
+                                 " (default 2); bench stable without the comparison: N"
+                                 " counted rounds, each beside a raw round")
 
 
 def _print_security(result: dict[str, Any], unit: str) -> None:
