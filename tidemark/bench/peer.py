@@ -304,7 +304,7 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
     length runs right before every counted round of the peer, after an uncounted warm-up
     of its own, and its latencies are pooled like the peer's. Measured once at the start,
     it caught the brokers still compiling (on 2026-11-28: raw p99 1.8 and 2.8 s on two fresh
-    stacks, against 60-150 ms on the same stack minutes later), which made the ratio
+    stacks, against 46-150 ms on the same stacks minutes later), which made the ratio
     meaningless. A first round of ``warm_up_s`` at the same rate is not counted either: it
     opens the peer's streams to the replicas and reads the cluster config, which the first
     sends of a new peer would otherwise pay (0.4-0.6 s), and it takes the first seconds of
@@ -316,8 +316,9 @@ def bench_stable(settings: Settings, rate: int = 10_000, seconds: float = 5.0,
     pool the secure rounds. Without it, ``pairs`` secure rounds on one peer and
     ``skip_reason``.
     ``pids`` (``{"replicas": {name: pid}, "brokers": {...}}``, the local stack's): the
-    ``cpu`` field gives each side's CPU per message in µs, split between this process (the
-    client: the peer or the raw producer), the replica nodes, the brokers and the machine.
+    ``cpu_us_per_msg`` field gives each side's CPU per message in µs, split between this
+    process (the client: the peer or the raw producer), the replica nodes, the brokers and
+    the machine.
     Needs the replica nodes (``tidemark local up --replicas 2x2``) on ``settings``' topics."""
     from confluent_kafka import Producer
     msg = BenchPayload(os.urandom(payload_bytes))
