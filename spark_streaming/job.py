@@ -47,12 +47,12 @@ from tidemark.spark_streaming.exceptions import QueryFailedError, QueuesError, S
 from tidemark.spark_streaming.metrics import QueuesMetrics, query_listener
 from tidemark.spark_streaming.pyspark_state import SparkMaps
 from tidemark.spark_streaming.sink import BatchWriter
-from tidemark.spark_streaming.state_groups import choose_groups
+from tidemark.spark_streaming.state_groups import SPREAD_CANDIDATES, choose_groups, spread_keys
 from tidemark.spark_streaming.supervisor import Supervisor, first_line
 from tidemark.spark_streaming.transform import OUTPUT_SCHEMA, process_rows
 
-__all__ = ["JobOptions", "AdmissionSpec", "txlog_partitions", "state_partitions", "spark_conf",
-           "build_session", "kafka_options", "check_topics", "start_query", "run_job"]
+__all__ = ["JobOptions", "AdmissionSpec", "txlog_partitions", "state_partitions", "key_partitions",
+           "spark_conf", "build_session", "kafka_options", "check_topics", "start_query", "run_job"]
 
 log = logging.getLogger(__name__)
 
@@ -303,10 +303,20 @@ def start_query(spark: Any, settings: Settings, options: JobOptions,
                          (col("topic") == settings.topic("purges")).alias("purge"))
     partitions = txlog_partitions(settings)
     shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))  # as spark_conf chose it
-    groups = choose_groups(options.checkpoint, options.state_groups, shuffle, partitions)
-    if groups < partitions:
-        rows = rows.withColumn("state_group", (col("partition") % groups).cast("int"))
-    out = rows.groupBy("state_group" if groups < partitions else "partition") \
+    if (options.master or "").startswith("local") and shuffle < partitions:
+        # On the local cores, one source task per state partition rather than one per txlog
+        # partition: the tasks' fixed cost, not the records, made most of the source stage.
+        rows = rows.coalesce(shuffle)
+    layout = choose_groups(options.checkpoint, options.state_groups, shuffle, partitions,
+                           spread=lambda n: spread_keys(n, key_partitions(spark, shuffle),
+                                                        shuffle))
+    if layout.count < partitions:
+        group = (col("partition") % layout.count).cast("int")
+        if not layout.plain:
+            from pyspark.sql.functions import array, element_at, lit
+            group = element_at(array(*[lit(k) for k in layout.keys]), group + 1)
+        rows = rows.withColumn("state_group", group)
+    out = rows.groupBy("state_group" if layout.count < partitions else "partition") \
         .transformWithStateInPandas(
         statefulProcessor=_processor(Ttl(options.ack_ttl_ms, options.dedup_window_ms,
                                          options.delivery_limit), admission),
@@ -316,6 +326,16 @@ def start_query(spark: Any, settings: Settings, options: JobOptions,
         .option("checkpointLocation", options.checkpoint) \
         .trigger(processingTime=options.trigger) \
         .foreachBatch(writer or BatchWriter(settings)).start()
+
+
+def key_partitions(spark: Any, partitions: int) -> dict[int, int]:
+    """The state partition Spark's hash partitioning sends each grouping key to (an ``int``
+    key ``0 .. SPREAD_CANDIDATES-1``; ``partitions`` state partitions): asked of Spark
+    itself, so it holds for the running version."""
+    from pyspark.sql.functions import col, spark_partition_id
+    rows = spark.range(SPREAD_CANDIDATES).select(col("id").cast("int").alias("k")) \
+        .repartition(partitions, "k").select("k", spark_partition_id().alias("p")).collect()
+    return {int(r["k"]): int(r["p"]) for r in rows}
 
 
 def check_topics(settings: Settings) -> int:

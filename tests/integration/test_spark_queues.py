@@ -26,6 +26,7 @@ from tidemark.log.offsets import end_offsets
 from tidemark.log.producer import LogProducer
 from tidemark.log.settings import Settings
 from tidemark.spark_streaming.depth import read_queues
+from tidemark.spark_streaming.state_groups import choose_groups
 from tidemark.stack.queues_job import JobProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(420)]
@@ -56,6 +57,35 @@ def test_load_materializes_exact_queues(settings: Settings, job: JobProcess) -> 
     assert alone["peers"] == {one: report["peers"][one]}
     print(f"\n{summary['sent'] + summary['acked']} transactions: load + materialization"
           f" {caught_up:.1f}s (job started {time.monotonic() - job.started_at:.0f}s ago)")
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash`` of an int column (Murmur3_x86_32.hashInt), written out independently."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+    k1 = rotl((value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = (rotl(seed ^ k1, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def test_each_state_group_has_a_state_partition_of_its_own(settings: Settings,
+                                                           job: JobProcess) -> None:
+    """The job's new checkpoint keeps spread group keys: Spark's hash partitioning (written
+    out here, not asked of Spark) sends group g's key to state partition g % partitions, so
+    the groups of a batch run in tasks of their own, side by side."""
+    converge(job)
+    layout = choose_groups(job.checkpoint, None, 0, 0)  # reads the marker the job wrote
+    partitions = min(2, settings.partitions)  # the job's local[2], 4 txlog partitions
+    assert layout.count == partitions
+    assert [_murmur3_int(k) % partitions for k in layout.keys] == \
+        [g % partitions for g in range(layout.count)]
+    assert _murmur3_int(0) == 933211791  # what Spark's hash(0) gives
 
 
 def test_early_acks_duplicates_purge_and_poison(settings: Settings, job: JobProcess) -> None:

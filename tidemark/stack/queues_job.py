@@ -26,6 +26,7 @@ class JobProcess:
                  extra_args: list[str] | None = None) -> None:
         self.settings = settings
         self.log_file = Path(log_file)
+        self.checkpoint = str(checkpoint)
         self.argv = [sys.executable, "-m", "tidemark", "queues", "run",
                      "--bootstrap", settings.bootstrap, "--topic-prefix", settings.topic_prefix,
                      "--checkpoint", str(checkpoint), "--trigger", trigger, *(extra_args or [])]
