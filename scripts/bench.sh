@@ -26,9 +26,9 @@ run "bench produce (target ratio >= 0.8)" produce
 run "bench send (Peer.post durability log vs raw producer, target ratio >= 0.9; Peer.post_many beside the raw producer with keys in the same runs; TLS vs --insecure, target >= 0.9)" send $SECURITY
 run "bench ingest (target >= 100k transactions/s per node)" ingest
 run "bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)" gc
-run "bench queues (target send->queue p99 <= 3 s at 2000 msgs/s)" queues
+run "bench queues (targets send->queue p99 <= 2 s at 2000 msgs/s, job >= 0.3 x a plain consumer)" queues
 run "bench queues --step (the job's step per message: single Acks vs signed AckBatches, same messages; no target)" queues --step
-run "bench queues --backlog 1000000 (a down peer's 1M backlog; target p99 <= 3 s for the others)" queues --backlog 1000000
+run "bench queues --backlog 1000000 (a down peer's 1M backlog; targets p99 <= 2 s for the others, job >= 0.3 x a plain consumer)" queues --backlog 1000000
 $T local up --replicas 2x2 >/dev/null
 run "bench stable (send->stable at durability all, 10k msgs/s, targets p99 <= 100 ms and <= 4 x the raw
    acks=all producer's p99, which runs a round beside each counted round; replicas 2x2 added;

@@ -62,10 +62,15 @@ def gc(r: dict[str, Any]) -> list[str]:
 
 def queues(r: dict[str, Any]) -> list[str]:
     """``bench queues``: send->queue p99 < ``p99_target_s`` (a missing p99 misses, as the
-    report's verdict)."""
+    report's verdict) and, when the run gives one, the job's ratio to the plain consumer
+    >= ``target_ratio``."""
     p99 = (r.get("latency") or {}).get("p99_s", 1e9)
-    target = r.get("p99_target_s", 3)
-    return [] if p99 < target else [f"send->queue p99 {p99} s >= {target} s"]
+    target = r.get("p99_target_s", 2)
+    late = [] if p99 < target else [f"send->queue p99 {p99} s >= {target} s"]
+    ratio, least = (r.get("throughput") or {}).get("ratio"), r.get("target_ratio")
+    if least is not None and (ratio is None or ratio < least):
+        late.append(f"job {ratio} x the plain consumer < {least} x")
+    return late
 
 
 def replay(r: dict[str, Any]) -> list[str]:
