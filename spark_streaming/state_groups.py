@@ -100,15 +100,15 @@ def choose_groups(checkpoint: str, requested: int | None, default: int, partitio
                               f" groups; --state-groups {requested} cannot change that (a new"
                               " checkpoint rebuilds the queues from txlog)")
         return stored
+    planned = folder is not None and _has_batches(folder)
     if requested is not None:
         groups = requested
-    elif folder is None or _has_batches(folder):
+    elif folder is None or planned:
         groups = partitions
     else:
         groups = max(1, default)
     keys = tuple(range(groups))
-    if marker is not None and spread is not None and groups < partitions \
-            and not _has_batches(marker.parent):
+    if marker is not None and spread is not None and groups < partitions and not planned:
         keys = spread(groups)
     layout = GroupLayout(groups, keys)
     if marker is not None:
