@@ -7,23 +7,26 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["Confirmations", "Waiter", "LEVELS_WATCHED"]
 
 #: The levels the replicas answer (``log`` is Kafka's acknowledgement alone).
 LEVELS_WATCHED = ("quorum", "all")
 Done = Callable[[BaseException | None], None]
+_NONE: dict[int, tuple[int, int]] = {}  # a node with no report yet
 
 
-@dataclass(order=True)
-class Waiter:
-    """One send waiting for ``level`` at txlog ``partition``/``offset`` until ``deadline``."""
+class Waiter(NamedTuple):
+    """One send waiting for ``level`` at txlog ``partition``/``offset`` until ``deadline``.
+    A tuple, so the heap orders waiters by ``(offset, seq)`` in C (``seq`` is unique: the
+    comparison never reaches ``deadline`` or ``done``); a dataclass's generated ordering
+    cost a Python call per comparison, several per send at 10k msgs/s."""
 
     offset: int
     seq: int
-    deadline: float = field(compare=False)
-    done: Done = field(compare=False)
+    deadline: float
+    done: Done
 
 
 class Confirmations:
@@ -61,11 +64,19 @@ class Confirmations:
         """Below which offset ``partition`` holds at ``level`` by the reports so far."""
         if not owners:
             return 0
-        reported = [self.ends.get(n, {}).get(partition, (0, 0)) for n in owners]
+        ends, none = self.ends, _NONE
         if level == "quorum":
-            applied = sorted((a for a, _ in reported), reverse=True)
+            applied = sorted((ends.get(n, none).get(partition, (0, 0))[0] for n in owners),
+                             reverse=True)
             return applied[len(owners) // 2]  # the (majority)-th largest
-        return max(min(a for a, _ in reported), max(s for _, s in reported))
+        least, stable = -1, 0  # one loop: this runs for every send at durability all
+        for n in owners:
+            a, st = ends.get(n, none).get(partition, (0, 0))
+            if least < 0 or a < least:
+                least = a
+            if st > stable:
+                stable = st
+        return least if least > stable else stable
 
     def confirmed(self, level: str, partition: int, offset: int,
                   owners: Sequence[str]) -> list[str]:
@@ -77,14 +88,15 @@ class Confirmations:
                owners: Mapping[int, Sequence[str]]) -> list[Done]:
         """Take the waits of ``partitions`` that now hold; returns their callbacks."""
         out: list[Done] = []
+        waiting, pop = self._waiting, heapq.heappop
         for k in partitions:
             for level in LEVELS_WATCHED:
-                heap = self._waiting.get((level, k))
+                heap = waiting.get((level, k))
                 if not heap:
                     continue
                 end = self.end(level, k, owners.get(k, ()))
-                while heap and heap[0].offset < end:
-                    out.append(heapq.heappop(heap).done)
+                while heap and heap[0][0] < end:
+                    out.append(pop(heap)[3])
         return out
 
     def expire(self, now: float) -> list[tuple[str, int, Waiter]]:

@@ -82,7 +82,7 @@ class ReplicaStability:
                 self._last_wait = now
                 owners = self._owners.get(partition)
                 ready = self._book.settle((partition,), self._owners) if owners else []
-                if owners is None or any(n not in self._followed for n in owners):
+                if owners is None or not self._followed.issuperset(owners):
                     self._cond.notify_all()  # the housekeeping thread reads the config
                 if self._house is None:
                     self._house = threading.Thread(target=self._housekeeping, daemon=True,

@@ -10,6 +10,7 @@ bootstrap = "127.0.0.1:9092"
 data_dir = "replicas"        # relative to this file; each node uses data_dir/<node id>
 gossip_interval_ms = 500
 gossip_push_ms = 100         # push state this soon after applying records (0: timer only)
+watch_gap_ms = 20            # a Watch stream sends at most one message this often (0: each move)
 metrics_host = "127.0.0.1"   # optional; default TIDEMARK_METRICS_HOST, else 127.0.0.1
 secret = "..."               # optional; signs gossip, status and backfill calls (HMAC)
 [[cluster.partitions]]
@@ -103,6 +104,9 @@ class ClusterFile:
     #: ``gossip_push_ms`` (0: only every ``gossip_interval_ms``), so the stable cut follows
     #: the log within tens of milliseconds instead of a gossip period.
     gossip_push_ms: int = 100
+    #: A ``Watch`` stream (the peers' ``quorum``/``all`` waits) sends at most one message
+    #: every ``watch_gap_ms``, carrying every end that moved since its last (0: one per move).
+    watch_gap_ms: int = 20
     down_after_ms: int = 3000
     sync_writes: bool = False
     metrics_host: str = "127.0.0.1"
@@ -145,7 +149,8 @@ def load_cluster_file(path: str | os.PathLike[str],
     if not isinstance(cluster, dict):
         raise ClusterConfigError(f"{path}: missing [cluster] table")
     unknown = set(cluster) - {"data_dir", "gossip_interval_ms", "gossip_push_ms", "partitions",
-                              "down_after_ms", "sync_writes", "metrics_host", "secret"}
+                              "watch_gap_ms", "down_after_ms", "sync_writes", "metrics_host",
+                              "secret"}
     if unknown:
         raise ClusterConfigError(f"{path}: unknown key cluster.{sorted(unknown)[0]}")
     nodes_doc = doc.get("nodes", {})
@@ -215,6 +220,7 @@ def load_cluster_file(path: str | os.PathLike[str],
                        gossip_interval_ms=_int(cluster, "gossip_interval_ms", 500,
                                                f"{path}: cluster", 10),
                        gossip_push_ms=_int(cluster, "gossip_push_ms", 100, f"{path}: cluster", 0),
+                       watch_gap_ms=_int(cluster, "watch_gap_ms", 20, f"{path}: cluster", 0),
                        down_after_ms=_int(cluster, "down_after_ms", 3000, f"{path}: cluster", 10),
                        sync_writes=bool(cluster.get("sync_writes", False)), release=release,
                        metrics_host=_metrics_host(cluster, env), secret=secret,

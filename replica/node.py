@@ -159,7 +159,8 @@ class Node:
                                  self.epochs, self.peers, self.period, self.stopping)
         self.gossiper.on_round = metrics.gossip_round.observe
         self.gossiper.publish()
-        ends = Ends(self.node_id, store, cut, ingest, self.progress, self.stopping)
+        ends = Ends(self.node_id, store, cut, ingest, self.progress, self.stopping,
+                    self.cf.watch_gap_ms / 1000)
         servicer = ReplicaServicer(view, cut, store, self.pins, self.gossiper, ends,
                                    self.replay)
         # grpc.health.v1.Health beside the replica service (`tidemark replica health`)
