@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from tests.replicas import load_to_cut, replica_stack, status, txlog_ust
+from tests.support import wait_for
 from tidemark.gossip.node_state import NodeState
 from tidemark.gossip.pki import Identity
 from tidemark.gossip.service import ReplicaClient
@@ -36,6 +37,9 @@ def test_forged_and_replayed_gossip_cannot_move_the_cut(bootstrap: str, tmp_path
         target = load_to_cut(stack, 2000, seed=7)
         nodes = {n.node_id: n.address for n in
                  load_cluster_file(stack.state_dir / CONFIG_NAME).nodes.values()}
+        for node in nodes:  # load_to_cut waits for one node's cut; the check below is on each
+            wait_for(lambda n=node: txlog_ust(status(stack, n)) == target, 60,
+                     what=f"{node}'s cut at the ends")
         # the real states of txlog/0's owners (as a node would get them), inflated
         outsider = _client("node", "p9r9")  # a valid node certificate, not in the cluster
         probe = NodeState("p9r9", 1, 0, False).encode()
