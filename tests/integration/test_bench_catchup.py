@@ -58,7 +58,8 @@ def test_bench_catchup_measures_a_restart_under_traffic(stack: LocalStack,
     assert r["backlog_records"] >= 0.9 * r["sent_while_down"], r
     assert r["replayed"] + r["forwarded"] > 0
     assert r["raw_records"] == r["backlog_records"] and r["raw_seconds"] > 0
-    assert r["ratio"] == pytest.approx(r["time_to_normal_s"] / r["raw_seconds"], rel=0.01)
+    # the report rounds the ratio to one decimal: equal up to that rounding
+    assert r["ratio"] == pytest.approx(r["time_to_normal_s"] / r["raw_seconds"], abs=0.051)
     held = r["held"]
     for key in ("peak_messages", "peak_bytes", "limit_messages", "limit_bytes", "refused",
                 "within_bound"):
