@@ -76,7 +76,7 @@ class Confirmations:
                 least = a
             if st > stable:
                 stable = st
-        return least if least > stable else stable
+        return max(least, stable)
 
     def confirmed(self, level: str, partition: int, offset: int,
                   owners: Sequence[str]) -> list[str]:

@@ -95,7 +95,7 @@ class Ends:
         sent: dict[str, list[int]] = {}
         first: dict[str, Any] = {"node": self.node_id,
                                  "unowned": [k for k in asked if k not in owned]}
-        last = -self.watch_gap_s
+        last = 0.0  # set by the first message, which never waits
         while not self.stopping.is_set() and context.is_active():
             with self.progress:
                 ends = self.ends(partitions)
