@@ -35,7 +35,7 @@ import queue
 import struct
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
@@ -47,7 +47,9 @@ from tidemark.gossip.exceptions import (
 )
 
 __all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE", "WAITING",
-           "encode_entries", "decode_entries", "DEFAULT_BATCH", "DEFAULT_WINDOW",
+           "encode_entries", "entries_message", "decode_entries", "entry_rows", "read_rows",
+           "ENTRY_RECORD", "ENTRIES_START", "ChunkReader",
+           "DEFAULT_BATCH", "DEFAULT_WINDOW",
            "STALL_TIMEOUT_S", "request_peer"]
 
 log = logging.getLogger(__name__)
@@ -68,8 +70,14 @@ _PREFETCH = 2     # replica messages read ahead of the consumer
 #: when the peer's acks open its window; 20 s leaves room for a busy machine.
 STALL_TIMEOUT_S = 20.0
 _REC = struct.Struct(">QI")
+#: The head of each entry of an ``E`` message: its txlog offset and byte length.
+ENTRY_RECORD = _REC
 
 CallJson = Callable[[str, str, Mapping[str, Any], float], Any]
+T = TypeVar("T")
+#: Reads the entries of an ``E`` message from a byte position: ``(what to yield, how many
+#: entries, the last one's txlog offset)`` (:func:`read_rows`).
+ChunkReader = Callable[[bytes, int], tuple[T, int, int]]
 
 
 def request_peer(first: bytes | None) -> str | None:
@@ -96,19 +104,32 @@ class ReplayEntry(NamedTuple):
 def encode_entries(batch_no: int, unacked_at_start: int, unacked: int,
                    rows: Iterable[tuple[int, bytes]]) -> bytes:
     """An ``E`` message."""
-    out = bytearray(ENTRIES)
-    out += _META.pack(batch_no, unacked_at_start, unacked)
+    parts: list[bytes] = []
     for off, value in rows:
-        out += _REC.pack(off, len(value))
-        out += value
-    return bytes(out)
+        parts.append(_REC.pack(off, len(value)))
+        parts.append(value)
+    return entries_message(batch_no, unacked_at_start, unacked, b"".join(parts))
+
+
+def entries_message(batch_no: int, unacked_at_start: int, unacked: int, body: bytes) -> bytes:
+    """An ``E`` message whose entries, each :data:`ENTRY_RECORD` and the entry, are ``body``
+    (a replica frames them as it reads its queue index)."""
+    return b"".join((ENTRIES, _META.pack(batch_no, unacked_at_start, unacked), body))
 
 
 def decode_entries(msg: bytes) -> tuple[tuple[int, int, int], list[tuple[int, bytes]]]:
     """``((batch number, unacked at batch start, unacked), [(offset, value)])`` of an
     ``E`` message."""
-    meta = _META.unpack_from(msg, 1)
-    pos, end = 1 + _META.size, len(msg)
+    return _META.unpack_from(msg, 1), entry_rows(msg, ENTRIES_START)
+
+
+#: Where the entries of an ``E`` message start.
+ENTRIES_START = 1 + _META.size
+
+
+def entry_rows(msg: bytes, pos: int = ENTRIES_START) -> list[tuple[int, bytes]]:
+    """``[(offset, value)]`` of the entries of ``E`` message ``msg`` from byte ``pos``."""
+    end = len(msg)
     rows: list[tuple[int, bytes]] = []
     unpack, size, append = _REC.unpack_from, _REC.size, rows.append
     while pos < end:
@@ -116,7 +137,14 @@ def decode_entries(msg: bytes) -> tuple[tuple[int, int, int], list[tuple[int, by
         pos += size
         append((off, msg[pos:pos + n]))
         pos += n
-    return meta, rows
+    return rows
+
+
+def read_rows(msg: bytes, pos: int) -> tuple[list[tuple[int, bytes]], int, int]:
+    """The default reader of :meth:`ReplayStream.entry_chunks`: the entries' ``(offset,
+    value)`` pairs, their count and the last offset (-1 if none)."""
+    rows = entry_rows(msg, pos)
+    return rows, len(rows), rows[-1][0] if rows else -1
 
 
 class _Stalled(Exception):
@@ -277,8 +305,8 @@ class ReplayStream:
         goes away (retry elsewhere with ``after_offset=stream.last_offset`` and dedup)."""
         frames = self._frames()
         try:
-            for rows in frames:
-                for row in rows:
+            for msg in frames:
+                for row in entry_rows(msg):
                     self.received += 1
                     self.last_offset = row[0]
                     yield ReplayEntry._make(row)
@@ -286,15 +314,21 @@ class ReplayStream:
             frames.close()
 
     def entry_batches(self) -> Iterator[list[tuple[int, bytes]]]:
-        """Like :meth:`entries`, one list of ``(txlog offset, value)`` per batch the replica
-        sent (``received`` and ``last_offset`` move by whole batches); same errors."""
+        """Like :meth:`entries`, one list of ``(txlog offset, value)`` per message the
+        replica sent (``received`` and ``last_offset`` move by whole messages); same errors."""
+        return self.entry_chunks(read_rows)
+
+    def entry_chunks(self, read: ChunkReader[T]) -> Iterator[T]:
+        """:meth:`entry_batches`, each message's entries read by ``read`` (a peer reads them
+        straight into the form it processes); messages without entries are skipped."""
         frames = self._frames()
         try:
-            for rows in frames:
-                if rows:
-                    self.received += len(rows)
-                    self.last_offset = rows[-1][0]
-                    yield rows
+            for msg in frames:
+                got, n, last = read(msg, ENTRIES_START)
+                if n:
+                    self.received += n
+                    self.last_offset = last
+                    yield got
         finally:
             frames.close()
 
@@ -333,8 +367,8 @@ class ReplayStream:
             raise msg
         return msg
 
-    def _frames(self) -> Generator[list[tuple[int, bytes]], None, None]:
-        """The rows of each ENTRIES message until COMPLETE (acks flushed before each wait)."""
+    def _frames(self) -> Generator[bytes, None, None]:
+        """Each ENTRIES message until COMPLETE (acks flushed before each wait)."""
         try:
             while True:
                 self.flush()
@@ -351,12 +385,12 @@ class ReplayStream:
                 tag = msg[:1]
                 if tag == ENTRIES:
                     self.streaming_entries = True
-                    (batch_no, at_start, unacked), rows = decode_entries(msg)
+                    batch_no, at_start, unacked = _META.unpack_from(msg, 1)
                     self.batches = max(self.batches, batch_no)
                     self.max_unacked = max(self.max_unacked, unacked)
                     self.max_unacked_at_batch_start = max(self.max_unacked_at_batch_start,
                                                           at_start)
-                    yield rows
+                    yield msg
                 elif tag == WAITING:
                     self.waiting = json.loads(msg[1:])
                 elif tag == COMPLETE:

@@ -43,6 +43,13 @@ class Columns:
                         self.timestamps[i], True, self.environment, self.counts[i], True,
                         self.partition, self.offsets[i])
 
+    def slice(self, start: int, stop: int) -> "Columns":
+        """Messages ``start`` to ``stop`` (exclusive) as a chunk of their own."""
+        return Columns(self.partition, self.environment, self.offsets[start:stop],
+                       self.ids[start:stop], self.senders[start:stop], self.types[start:stop],
+                       self.payloads[start:stop], self.timestamps[start:stop],
+                       self.counts[start:stop])
+
     def envelopes(self) -> list[Envelope]:
         """Every message's Envelope, in order (the general path's input)."""
         return [self.envelope(i) for i in range(len(self.ids))]

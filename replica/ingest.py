@@ -101,7 +101,7 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
     elif name == "AckBatch":  # one index entry per id, or one for its range
         batch.put_record(partition, offset, value)
         put_acks(batch.wb.put, partition, offset, rec["peer"].encode(),
-                 [mid.encode() for mid in rec["message_ids"]], record_span(rec))
+                 _utf8_all(rec["message_ids"]), record_span(rec))
     elif name == "Purge":
         return PURGE_IN_TXLOG
     elif name == "DeliveryFailed":  # a handler failure: kept like the Sends it counts
@@ -109,6 +109,14 @@ def index_txlog(batch: Batch, partition: int, offset: int, value: bytes | None,
     else:
         return f"unexpected {name} record in txlog"
     return None
+
+
+def _utf8_all(ids: list[str]) -> list[bytes]:
+    """``ids`` encoded, in C when no id holds NUL (one join, one encode, one split)."""
+    joined = "\0".join(ids).encode()
+    if joined.count(b"\0") == len(ids) - 1:
+        return joined.split(b"\0")
+    return [mid.encode() for mid in ids]
 
 
 def index_purge(batch: Batch, partition: int, peer: str, below: int, came_ms: int) -> None:

@@ -7,7 +7,8 @@ entry, :func:`index_value`) into the
 same LevelDB write batch, so the index never disagrees with the entries after a crash. A
 tombstone carries no value, so the old entry (from the batch's pending changes, else the
 store) says which index entry to drop. :func:`read_queue` reads one batch of a peer's queue
-in txlog order from a LevelDB snapshot, so a replay never holds the whole queue.
+in txlog order from a LevelDB snapshot, so a replay never holds the whole queue;
+:func:`read_queue_framed` reads it already framed as the ``Replay`` stream sends it.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import logging
 import struct
 from collections.abc import Callable
 
+from tidemark.gossip.replay import ENTRY_RECORD
 from tidemark.log.exceptions import CodecError
 from tidemark.log.wire import default_codec
 from tidemark.replica.batch import Batch
 from tidemark.replica.keys import queue_index_key, queue_index_prefix, queue_prefix
 from tidemark.replica.store import Store
 
-__all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "entry_position",
-           "index_value"]
+__all__ = ["put_entry", "delete_entry", "indexed", "read_queue", "read_queue_framed",
+           "Framed", "entry_position", "index_value"]
 
 log = logging.getLogger(__name__)
 _Q = struct.Struct(">Q")
@@ -123,3 +125,59 @@ def read_queue(store: Store, partition: int, peer: str, after: int, end: int, li
     finally:
         snap.close()
     return rows, last
+
+
+#: A chunk of a replay: the txlog offsets of its entries and their bytes as an ``E`` message
+#: carries them (:data:`tidemark.gossip.replay.ENTRY_RECORD` + the entry, each).
+Framed = tuple[list[int], bytes]
+
+
+def read_queue_framed(store: Store, partition: int, peer: str, after: int, end: int,
+                      limit: int, max_bytes: int,
+                      convert: Callable[[int, bytes], bytes] | None = None
+                      ) -> tuple[list[Framed], int | None]:
+    """:func:`read_queue`, framed for the wire in the same pass: the entries in chunks of at
+    most ``max_bytes`` (an entry larger than that alone), plus the last offset read;
+    ``convert(offset, entry)``, if given, is what is sent of each entry. One loop per entry
+    and one join per chunk: reading, chunking and framing entry by entry in three passes
+    cost a replica about a third of its replay-time CPU."""
+    prefix = queue_index_prefix(partition, peer)
+    chunks: list[Framed] = []
+    last: int | None = None
+    if end <= after + 1 or limit <= 0:
+        return chunks, None
+    snap = store.db.snapshot()
+    try:
+        qprefix, unpack, size = queue_prefix(partition), _Q.unpack_from, len(prefix)
+        head, frame, inline = _H.unpack_from, ENTRY_RECORD.pack, _INLINE
+        offsets: list[int] = []
+        parts: list[bytes] = []
+        nbytes = count = 0
+        for ikey, ivalue in snap.iterator(start=prefix + _Q.pack(after + 1),
+                                          stop=prefix + _Q.pack(end)):
+            last = unpack(ikey, size)[0]
+            if ivalue[:1] == inline:  # index_value, inline (the hot path)
+                value = ivalue[3 + head(ivalue, 1)[0]:]
+            else:
+                got = snap.get(qprefix + ivalue)
+                if got is None:
+                    continue
+                value = got
+            if convert is not None:
+                value = convert(last, value)
+            n = len(value) + ENTRY_RECORD.size
+            if offsets and nbytes + n > max_bytes:
+                chunks.append((offsets, b"".join(parts)))
+                offsets, parts, nbytes = [], [], 0
+            offsets.append(last)
+            parts.append(frame(last, len(value)))
+            parts.append(value)
+            nbytes += n
+            count += 1
+            if count >= limit:
+                break
+        if offsets:
+            chunks.append((offsets, b"".join(parts)))
+    finally:
+        snap.close()
+    return chunks, last

@@ -20,11 +20,11 @@ itself, and the header's ``high_watermark`` tells it how far the queues were beh
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +44,7 @@ from tidemark.gossip.replay import (
     DEFAULT_WINDOW,
     HEADER,
     WAITING,
-    encode_entries,
+    entries_message,
 )
 from tidemark.log import clock
 from tidemark.log.exceptions import CodecError
@@ -53,8 +53,9 @@ from tidemark.log.partitioner import partition_for_peer
 from tidemark.log.settings import Settings
 from tidemark.log.wire import RowError, default_codec, queue_entry
 from tidemark.replica.leases import Leases
-from tidemark.replica.queue_index import read_queue
+from tidemark.replica.queue_index import Framed, read_queue_framed
 from tidemark.replica.store import Store, progress_key
+from tidemark.replica.unacked import Unacked
 
 __all__ = ["ReplayService", "ReplayLimits", "Session"]
 
@@ -86,22 +87,17 @@ class Session:
     state: str = "waiting for queues"   # then streaming / waiting for acks / complete
     sent: int = 0
     acked: int = 0
-    unacked: deque[int] = field(default_factory=deque)
+    unacked: Unacked = field(default_factory=Unacked)
     ended: bool = False          # the peer closed its side or went away
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     def ack(self, doc: Mapping[str, Any]) -> None:
         """Apply one ack message from the peer."""
         with self.cond:
-            n = min(int(doc.get("ack", 0)), len(self.unacked))
-            for _ in range(max(0, n)):
-                self.unacked.popleft()
-            self.acked += max(0, n)
+            self.acked += self.unacked.take(int(doc.get("ack", 0)))
             through = doc.get("acked_offset")
             if through is not None:
-                while self.unacked and self.unacked[0] <= int(through):
-                    self.unacked.popleft()
-                    self.acked += 1
+                self.acked += self.unacked.take_through(int(through))
             self.cond.notify_all()
 
     def end(self) -> None:
@@ -326,7 +322,7 @@ class ReplayService:
                 ) -> Iterator[bytes]:
         k, peer, barrier = session.partition, session.peer, session.barrier
         batch_no, started = 0, time.monotonic()
-        rows, last = read_queue(self.store, k, peer, after, barrier, session.batch)
+        chunks, last = self._read(session, after)
         while last is not None:
             after = last
             with session.cond:
@@ -341,18 +337,16 @@ class ReplayService:
                     session.cond.wait(0.5)
                 session.state = "streaming"
                 at_start = len(session.unacked)
-            if rows:
+            if chunks:
                 batch_no += 1
-                if not session.rows:  # a peer from before replay rows
-                    rows = _queue_entries(rows, peer)
-                for chunk in self._chunks(rows):
+                for offsets, body in chunks:
                     with session.cond:
-                        session.unacked.extend(off for off, _ in chunk)
-                        session.sent += len(chunk)
+                        session.unacked.extend(offsets)
+                        session.sent += len(offsets)
                         unacked = len(session.unacked)
-                    yield encode_entries(batch_no, at_start, unacked, chunk)
+                    yield entries_message(batch_no, at_start, unacked, body)
             # the next batch is read while the peer works on this one (two batches in memory)
-            rows, last = read_queue(self.store, k, peer, after, barrier, session.batch)
+            chunks, last = self._read(session, after)
         with session.cond:
             session.state = "complete"
             sent = session.sent
@@ -371,28 +365,20 @@ class ReplayService:
                     return
                 session.cond.wait(1.0)
 
-    def _chunks(self, rows: list[tuple[int, bytes]]) -> Iterator[list[tuple[int, bytes]]]:
-        """``rows`` cut into gRPC messages of at most ``limits.message_bytes``."""
-        chunk: list[tuple[int, bytes]] = []
-        size = 0
-        for row in rows:
-            if chunk and size + len(row[1]) + 12 > self.limits.message_bytes:
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(row)
-            size += len(row[1]) + 12
-        if chunk:
-            yield chunk
+    def _read(self, session: Session, after: int) -> tuple[list[Framed], int | None]:
+        """The next batch of the session's queue after txlog offset ``after``, framed in
+        chunks of at most ``limits.message_bytes``, and the last offset read."""
+        convert = None if session.rows else functools.partial(_queue_entry, session.peer)
+        return read_queue_framed(self.store, session.partition, session.peer, after,
+                                 session.barrier, session.batch, self.limits.message_bytes,
+                                 convert)
 
 
-def _queue_entries(rows: list[tuple[int, bytes]], peer: str) -> list[tuple[int, bytes]]:
-    """``rows`` with each replay row re-encoded as QueueEntry bytes; a damaged one is sent
-    as it is (the peer skips it and it stays queued)."""
-    out = []
-    for off, value in rows:
-        try:
-            out.append((off, queue_entry(value, peer)))
-        except RowError:
-            log.error("replay of %s: the row at txlog offset %d is damaged", peer, off)
-            out.append((off, value))
-    return out
+def _queue_entry(peer: str, offset: int, value: bytes) -> bytes:
+    """A stored entry as a peer from before replay rows reads it: QueueEntry bytes; a damaged
+    row is sent as it is (the peer skips it and it stays queued)."""
+    try:
+        return queue_entry(value, peer)
+    except RowError:
+        log.error("replay of %s: the row at txlog offset %d is damaged", peer, offset)
+        return value

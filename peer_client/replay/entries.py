@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import struct
 
+from tidemark.gossip.replay import ENTRY_RECORD, read_rows
 from tidemark.log.exceptions import CodecError
 from tidemark.log.wire import (
     HEAD_SIZE,
@@ -20,6 +21,12 @@ from tidemark.peer_client.records import Envelope, peer_codec
 __all__ = ["EntryReader"]
 
 log = logging.getLogger("peer_client.replay")
+
+#: An ``E`` message's entry head and a replay row's head read by one call: txlog offset,
+#: entry length, then the row's tag and :data:`ROW_HEAD`.
+_FRAMED_ROW = struct.Struct(">" + ENTRY_RECORD.format.lstrip("<>!=@") + "2s"
+                            + ROW_HEAD.format.lstrip("<>!=@"))
+_ROW_FIXED = HEAD_SIZE  # a row's bytes before its four fields
 
 _ENTRY_FIELDS = ["peer", "message_id", "sender", "message_type", "payload", "timestamp_ms",
                  "txlog_partition", "txlog_offset", "delivery_count"]
@@ -82,39 +89,54 @@ class EntryReader:
                 self._damaged(offset, str(exc))
         return out
 
-    def columns(self, rows: list[tuple[int, bytes]]) -> Columns | None:
-        """The messages of ``(txlog offset, entry)`` pairs as :class:`Columns` (the lean
-        replay path); None unless every entry is a well-formed replay row of this
-        partition (then :meth:`envelopes` reads them, and says what is wrong)."""
+    def read_message(self, msg: bytes, pos: int
+                     ) -> tuple[Columns | list[tuple[int, bytes]], int, int]:
+        """A :data:`~tidemark.gossip.replay.ChunkReader` of the ``Replay`` stream: the entries
+        of ``E`` message ``msg`` from byte ``pos`` straight into :class:`Columns` (the lean
+        path: no pair or slice per entry first), or, unless every entry is a well-formed
+        replay row of this partition, as ``(offset, entry)`` pairs for :meth:`envelopes`."""
+        cols = self._message_columns(msg, pos)
+        if cols is None:
+            return read_rows(msg, pos)
+        n = len(cols.offsets)
+        return cols, n, cols.offsets[-1] if n else -1
+
+    def _message_columns(self, msg: bytes, pos: int) -> Columns | None:
+        offsets: list[int] = []
         ids: list[str] = []
         senders: list[str] = []
         types: list[str] = []
         payloads: list[bytes] = []
         stamps: list[int] = []
         counts: list[int] = []
-        unpack, names, partition = ROW_HEAD.unpack_from, self._names, self.partition
+        unpack, head, record = _FRAMED_ROW.unpack_from, _FRAMED_ROW.size, ENTRY_RECORD.size
+        names, partition, tag, end = self._names, self.partition, ROW_TAG, len(msg)
         try:
-            for _, value in rows:  # as envelopes() reads a row, without the Envelope
-                if value[:2] != ROW_TAG:
+            while pos < end:  # as envelopes() reads a row, without the Envelope
+                off, n, got, ts, _, part, count, a, b, c, d = unpack(msg, pos)
+                # a row is whole when its four fields fill its frame exactly
+                if got != tag or part != partition or _ROW_FIXED + a + b + c + d != n:
                     return None
-                ts, _, part, count, a, b, c, d = unpack(value, 2)
-                q = HEAD_SIZE + a
-                ids.append(value[HEAD_SIZE:q].decode())
-                raw = value[q:q + b]
+                q = pos + head
+                pos += record + n
+                ids.append(msg[q:q + a].decode())
+                q += a
+                raw = msg[q:q + b]
                 senders.append(names.get(raw) or self._name(raw))
                 q += b
-                raw = value[q:q + c]
+                raw = msg[q:q + c]
                 types.append(names.get(raw) or self._name(raw))
                 q += c
-                if q + d != len(value) or part != partition:
-                    return None
-                payloads.append(value[q:])
+                payloads.append(msg[q:pos])
+                offsets.append(off)
                 stamps.append(ts)
                 counts.append(count)
         except (struct.error, UnicodeDecodeError):
             return None
-        return Columns(partition, self.environment, [off for off, _ in rows], ids, senders,
-                       types, payloads, stamps, counts)
+        if pos != end:
+            return None
+        return Columns(partition, self.environment, offsets, ids, senders, types, payloads,
+                       stamps, counts)
 
     def _name(self, raw: bytes) -> str:
         names = self._names

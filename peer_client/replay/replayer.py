@@ -41,7 +41,7 @@ from typing import Any
 from tidemark.gossip.cluster_config import ConfigLog, Epoch
 from tidemark.gossip.exceptions import NodeUnreachableError, PeerAuthError, ReplayInterruptedError
 from tidemark.gossip.record_signing import SignatureVerifier, verifier_of
-from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, STALL_TIMEOUT_S
+from tidemark.gossip.replay import DEFAULT_BATCH, DEFAULT_WINDOW, STALL_TIMEOUT_S, read_rows
 from tidemark.gossip.service import ReplicaClient
 from tidemark.gossip.tls import Transport
 from tidemark.gossip.txlog_admission import TxlogAdmission
@@ -51,6 +51,7 @@ from tidemark.log.offsets import end_offsets
 from tidemark.log.registry import env_value
 from tidemark.log.settings import Settings
 from tidemark.log.wire import MARKER, RecordReader
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.exceptions import ReplayDeniedError
 from tidemark.peer_client.records import peer_codec
@@ -360,19 +361,21 @@ class ReplicaReplayer:
         reader = EntryReader(core.environment, stream.partition)
         chunk = max(1, stream.ack_every)
         tail, limit = self._tail, self.delivery_limit
-        for rows in stream.entry_batches():
-            for i in range(0, len(rows), chunk):
-                part = rows[i:i + chunk]
-                cols = None if tail else reader.columns(part)
-                if cols is not None:  # the lean path (docs/replay.md, "A chunk as columns")
+        for got in stream.entry_chunks(read_rows if tail else reader.read_message):
+            if isinstance(got, Columns):  # the lean path (docs/replay.md, "A chunk as columns")
+                for i in range(0, len(got), chunk):
+                    cols = got if len(got) <= chunk else got.slice(i, i + chunk)
                     self.replay_received += len(cols)
                     self.replayed += core.deliver_replayed_columns(cols)
-                else:
-                    envs = reader.envelopes(part)
-                    self.replay_received += len(envs)
-                    if tail:
-                        envs = tail.admit(envs, limit)
-                    self.replayed += core.deliver_replayed_batch(envs)
+                    stream.ack(len(cols))
+                continue
+            for i in range(0, len(got), chunk):
+                part = got[i:i + chunk]
+                envs = reader.envelopes(part)
+                self.replay_received += len(envs)
+                if tail:
+                    envs = tail.admit(envs, limit)
+                self.replayed += core.deliver_replayed_batch(envs)
                 stream.ack(len(part))
         self.damaged += reader.damaged
 

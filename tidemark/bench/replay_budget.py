@@ -2,14 +2,14 @@
 [--messages N] [--rounds R] [--senders S] [--chunk C] [--handler batch|single]``.
 
 No stack: a real :class:`~tidemark.peer_client.core.PeerCore` (its thread executor, inbox,
-dedup window and acker; a log port that drops what is appended) is handed ``N`` replay rows,
-as the replayer hands over what a replica streams, in chunks of ``C`` (the stream's ack
-interval), to a no-op handler. Two paths take the same rows in turns, ``R`` rounds each:
+dedup window and acker; a log port that drops what is appended) is handed ``N`` replay rows
+framed as the ``Replay`` stream's ``E`` messages, ``C`` rows each (the stream's ack interval),
+to a no-op handler. Two paths take the same messages in turns, ``R`` rounds each:
 
 - ``general``, the baseline: every row becomes an Envelope, decided one by one
-  (``EntryReader.envelopes`` + ``PeerCore.deliver_replayed_batch``);
-- ``lean``: a chunk is kept as columns and decided in bulk
-  (``EntryReader.columns`` + ``PeerCore.deliver_replayed_columns``).
+  (``entry_rows`` + ``EntryReader.envelopes`` + ``PeerCore.deliver_replayed_batch``);
+- ``lean``: a message is read straight into columns and decided in bulk
+  (``EntryReader.read_message`` + ``PeerCore.deliver_replayed_columns``).
 
 Each round is timed by the process's CPU clock (``time.process_time``: the executor's
 workers count, other processes do not) from the first row to the last ack queued. Prints
@@ -28,7 +28,9 @@ import time
 from typing import Any
 
 from tidemark.bench.peer import BenchPayload
+from tidemark.gossip.replay import ENTRIES_START, encode_entries, entry_rows
 from tidemark.log.wire import encode_row
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.core import PeerCore
 from tidemark.peer_client.executor import ThreadExecutor
@@ -71,7 +73,7 @@ def _rows(messages: int, senders: int, chunk: int, payload: bytes
     return out
 
 
-def _round(path: str, chunks: list[list[tuple[int, bytes]]], messages: int,
+def _round(path: str, frames: list[bytes], messages: int,
            handler: str) -> float:
     port = _DropLog()
     core = PeerCore("budget", "bench", PeerOptions(), log_port=port, direct=port,
@@ -89,13 +91,13 @@ def _round(path: str, chunks: list[list[tuple[int, bytes]]], messages: int,
     gc.collect()
     t0 = time.process_time()
     if path == "lean":
-        for rows in chunks:
-            cols = reader.columns(rows)
-            assert cols is not None
+        for msg in frames:
+            cols, _, _ = reader.read_message(msg, ENTRIES_START)
+            assert isinstance(cols, Columns)
             core.deliver_replayed_columns(cols)
     else:
-        for rows in chunks:
-            core.deliver_replayed_batch(reader.envelopes(rows))
+        for msg in frames:
+            core.deliver_replayed_batch(reader.envelopes(entry_rows(msg)))
     if not core.executor.drain(600):
         raise RuntimeError("the handlers did not finish within 600 s")
     core.flush_acks()
@@ -112,11 +114,11 @@ def replay_budget(messages: int = 200_000, rounds: int = 3, senders: int = 1,
                   chunk: int = 2500, handler: str = "batch") -> dict[str, Any]:
     """Microseconds of the process's CPU per replayed message, per path (see the module)."""
     payload = message_type_of(BenchPayload).serializer.encode(BenchPayload(os.urandom(150)))
-    chunks = _rows(messages, senders, chunk, payload)
+    frames = [encode_entries(1, 0, 0, rows) for rows in _rows(messages, senders, chunk, payload)]
     samples: dict[str, list[float]] = {p: [] for p in PATHS}
     for r in range(rounds):
         for path in (PATHS if r % 2 == 0 else PATHS[::-1]):
-            samples[path].append(round(_round(path, chunks, messages, handler), 3))
+            samples[path].append(round(_round(path, frames, messages, handler), 3))
     medians = {p: statistics.median(v) for p, v in samples.items()}
     return {"messages": messages, "rounds": rounds, "senders": senders, "chunk": chunk,
             "handler": handler, "us_per_message": samples,

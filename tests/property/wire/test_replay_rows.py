@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import queue_entries
+from tidemark.gossip.replay import ENTRIES_START, encode_entries
 from tidemark.log.wire import (
     ROW_TAG,
     RowError,
@@ -19,6 +20,7 @@ from tidemark.log.wire import (
     is_row,
     queue_entry,
 )
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.replay.entries import EntryReader
 
 C = default_codec()
@@ -89,9 +91,10 @@ def test_fields_too_long_for_a_row_stay_queue_entry_bytes() -> None:
 @given(st.lists(entries, min_size=1, max_size=8), st.data())
 def test_columns_hold_what_the_envelopes_hold_or_defer_to_them(records: list[dict],
                                                                data: st.DataObject) -> None:
-    """The lean path's reader: a chunk of well-formed rows of the reader's partition reads as
-    :class:`Columns` whose envelopes are exactly what ``envelopes`` builds; anything else (a
-    damaged row, QueueEntry bytes, another partition) gives None, and ``envelopes`` reads it."""
+    """The lean path's reader: an ``E`` message of well-formed rows of the reader's partition
+    reads as :class:`Columns` whose envelopes are exactly what ``envelopes`` builds; anything
+    else (a damaged row, QueueEntry bytes, another partition) reads as the ``(offset,
+    entry)`` pairs sent, and ``envelopes`` reads those."""
     part = data.draw(st.integers(0, 50))
     rows: list[tuple[int, bytes]] = []
     for i, rec in enumerate(records):
@@ -103,13 +106,17 @@ def test_columns_hold_what_the_envelopes_hold_or_defer_to_them(records: list[dic
                  else row[:data.draw(st.integers(0, len(row) - 1))])
         rows.append((i * 7 + 1, value))
     reader = EntryReader("env", part)
-    cols = reader.columns(rows)
+    got, n, last = reader.read_message(encode_entries(1, 0, 0, rows), ENTRIES_START)
+    assert (n, last) == (len(rows), rows[-1][0])
     decoded = [_row_or_none(v) for _, v in rows]
     clean = all(r is not None and r.txlog_partition == part for r in decoded)
-    assert (cols is not None) == clean
-    if cols is None:
+    assert isinstance(got, Columns) == clean
+    if not isinstance(got, Columns):
+        assert got == rows  # as sent, for envelopes() to read (and say what is wrong)
         return
+    cols = got
     assert len(cols) == len(rows) and cols.partition == part
+    assert cols.offsets == [off for off, _ in rows]
     assert [_fields(e) for e in cols.envelopes()] == [_fields(e) for e in reader.envelopes(rows)]
     assert reader.damaged == 0
 
