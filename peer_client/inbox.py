@@ -1,55 +1,53 @@
-"""The receive side: the :class:`Inbox` applies what :mod:`tidemark.peer_client.decisions`
-decides for each arriving message (holds it back, drops it, reports it, or submits a job to
-the executor), and finishes the jobs (:mod:`tidemark.peer_client.jobs`): acks, or records
-the failure (a persisted dedup store learns a handled id first). A replayed chunk kept as
-columns takes the lean path (:meth:`Inbox.accept_columns`) when nothing in it needs a
-decision of its own. Once the peer is stopping nothing new runs:
-a message that arrives then (from any path: direct, replay, the txlog follower) is dropped
-unacked and not remembered, so it is delivered again to the next incarnation, never handled
-after the acks were flushed.
+"""The receive side: the :class:`Inbox` takes each arriving message under one lock, applies
+what :mod:`tidemark.peer_client.decisions` decides for it (holds it back, drops it, reports
+it) and submits the jobs to the executor on their senders' lanes, in order, within its
+``limit``. Once the peer is stopping nothing new runs: a message that arrives then (from
+any path: direct, replay, the txlog follower) is dropped unacked and not remembered, so it is
+delivered again to the next incarnation, never handled after the acks were flushed.
+
+The inbox is composed of collaborators, one concept each, sharing its lock and stats:
+:class:`~tidemark.peer_client.admission.Admission` applies the decisions (pure, no I/O);
+:class:`~tidemark.peer_client.finishing.Finisher` finishes the jobs
+(:mod:`tidemark.peer_client.jobs`: acks, the persisted dedup store learning a handled id
+first); :class:`~tidemark.peer_client.failures.Failures` reports what is not acked and
+delivers a nak'ed message again; :class:`~tidemark.peer_client.column_intake.ColumnIntake`
+takes a replayed chunk kept as columns (the lean path, :meth:`Inbox.accept_columns`) when
+nothing in it needs a decision of its own; :class:`~tidemark.peer_client.held_gates.HeldGates`
+drives the held-back list's gates and the follower's log position.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
-from tidemark.log.registry import env_value
-from tidemark.peer_client.acks import TERM
-from tidemark.peer_client.columns import Columns, sender_runs
+from tidemark.peer_client.admission import Admission, Todo
+from tidemark.peer_client.column_intake import ColumnIntake
+from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.context import Phase
 from tidemark.peer_client.decisions import (
     DROP,
     FAIL,
-    HOLD,
     RUN,
     STOPPED_PHASES,
     CompletedIds,
     Decision,
-    decide,
-    decide_admitted,
 )
 from tidemark.peer_client.dedup import DedupWindow
-from tidemark.peer_client.exceptions import Nak, Term
+from tidemark.peer_client.failures import Failures
+from tidemark.peer_client.finishing import Finisher
 from tidemark.peer_client.handlers import Handler, HandlerRegistry
 from tidemark.peer_client.held import HeldBack
-from tidemark.peer_client.jobs import ABANDONED, ColumnRun, Job, RunJob
+from tidemark.peer_client.held_gates import HeldGates
+from tidemark.peer_client.jobs import ColumnRun, Job, RunJob
 from tidemark.peer_client.latency import Latencies, Timed
 from tidemark.peer_client.records import Envelope
-from tidemark.peer_client.serializers import decode_all
 from tidemark.peer_client.slots import Slots
-from tidemark.peer_client.timers import Cancellable, thread_timer
+from tidemark.peer_client.timers import Cancellable
 
 __all__ = ["Inbox"]
-
-log = logging.getLogger("peer_client.inbox")
-#: What :meth:`Inbox._apply_many` returns per message: ``(env, handler, message)`` to run,
-#: ``(env, None, decision)`` otherwise.
-_Todo = tuple[Envelope, "Handler | None", Any]
 
 
 class Inbox:
@@ -65,8 +63,7 @@ class Inbox:
                  hold_limit: int = 10_000, hold_bytes: int = 64 << 20,
                  on_success_columns: Callable[[Columns, Sequence[int]], None] | None = None
                  ) -> None:
-        self.peer_id, self.environment = peer_id, environment
-        self.handlers, self.dedup = handlers, dedup
+        self.peer_id, self.environment, self.dedup = peer_id, environment, dedup
         self.phase = Phase.CREATED
         #: live messages held back during replay (see :mod:`tidemark.peer_client.held`)
         self.held = HeldBack(hold_limit, hold_bytes)
@@ -74,148 +71,66 @@ class Inbox:
         #: yet are abandoned (neither handled nor acked: the next incarnation gets them)
         self.abandoning = False
         self.stats = stats
-        self._submit, self._on_failure, self._on_success = submit, on_failure, on_success
+        self._admission = Admission(environment, handlers, dedup, self.held, stats)
+        self._submit, self._on_success = submit, on_success
         self._submit_many = submit_many  # None: accept_many accepts one by one
-        self._on_success_many = on_success_many
-        self._on_success_columns = on_success_columns
         self._lock = threading.Lock()
         self._admitted = threading.Condition(self._lock)
-        self._admitting = 0  # decided to RUN, not yet submitted
-        self._duplicates = 0  # dropped as duplicates (under the lock)
-        self._queue_now = False  # _apply_many let held messages go: queue under the lock
-        self._log_position = -1  # the follower dispatched txlog below this (when reported)
         self._slots = Slots(limit) if limit else None
-        #: the persisted dedup store (None: off) and the clock its records are stamped with
-        self.completed: CompletedIds | None = None
+        #: the clock the persisted dedup store's records are stamped with
         self.clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-        #: the queues' delivery limit: a nak that reaches it is not delivered again here
-        #: (the queues dead-letter the message), like any failure
-        self.delivery_limit = int(env_value("delivery_limit"))
-        self._naks: dict[str, Cancellable] = {}  # nak'ed messages waiting, by id
         #: sampled latency histograms (the peer's; None: not timed)
         self.latencies: Latencies | None = None
-        #: runs a function after a delay in seconds (the test double: on the bus's clock)
-        self.schedule: Callable[[float, Callable[[], None]], Cancellable] = thread_timer
+        self._failures = Failures(peer_id, stats, self._lock, dedup, on_failure,
+                                  lambda name: self.handlers.get(name), self._stopping,
+                                  self._submit_one)
+        self._finisher = Finisher(peer_id, stats, self._slots, on_success, on_success_many,
+                                  on_success_columns, self._failures.failed,
+                                  lambda: self.completed, lambda: self.clock_ms())
+        self._columns = ColumnIntake(peer_id, submit_many is not None, self._slots, submit,
+                                     self._timed, self._admit_chunk, self._admitted_done,
+                                     self._finisher.columns, self._is_abandoning)
+        self._gates = HeldGates(peer_id, self.held, self._lock, stats, lambda: self.phase,
+                                self._let_go, self._finish_others)
 
-    def _apply(self, env: Envelope, phase: Phase) -> Decision | None:
-        """Decide under the lock and count; None when the message is held or dropped for
-        good, else a FAIL, a RUN or a DROP ``completed`` (to be acked) to act on."""
-        held = self.held
-        if env.replay:
-            if held.watching:
-                held.seen(env.message_id)
-        elif (held.gates and env.sender in held.gates and phase not in STOPPED_PHASES
-              and env.environment == self.environment):
-            return self._count(env, Decision(HOLD))  # behind its sender's refused ones
-        return self._count(env, decide(env, phase, self.environment, self.dedup, self.handlers,
-                                       self.completed))
+    @property
+    def handlers(self) -> HandlerRegistry:
+        """The handlers messages are decided (and run) with."""
+        return self._admission.handlers
 
-    def _count(self, env: Envelope, d: Decision) -> Decision | None:
-        """:meth:`_apply` once ``d`` is decided."""
-        if d.action == RUN:  # the common case first (the last branch below covers it too)
-            self._admitting += 1
-            return d
-        if d.action == HOLD:
-            if self.held.add(env):
-                self.stats["held_back"] += 1
-            else:
-                self.stats["duplicates"] += 1
-                self._duplicates += 1
-            return None
-        if d.action == DROP:
-            if d.kind == "stopping":
-                self.stats["refused_stopping"] += 1
-                return None
-            if d.kind != "completed":
-                self.stats["duplicates" if d.kind == "duplicate" else "rejected"] += 1
-                if d.kind != "duplicate":
-                    log.warning("%s", d.reason)
-                else:
-                    self._duplicates += 1
-                return None
-            self.stats["completed_before"] += 1
-        if d.action == FAIL:
-            self.stats[d.kind] += 1
-            self.dedup.forget(env.message_id)
-        else:
-            self._admitting += 1  # to run, or (completed before) to ack
-        return d
+    @handlers.setter
+    def handlers(self, handlers: HandlerRegistry) -> None:
+        self._admission.handlers = handlers
 
-    def _apply_many(self, envs: Sequence[Envelope], phase: Phase) -> list[_Todo]:
-        """:meth:`_apply` of each of ``envs``, the phase asked once. A message to run comes
-        back as ``(env, handler, message)``, any other as ``(env, None, decision)``. A
-        message of this environment that the phase lets in is decided inline (dedup, handler,
-        payload: what :func:`decide_admitted` does, without a Decision per message); anything
-        unusual (no handler, a payload that does not decode, the dedup store) goes through
-        :func:`decide`."""
-        environment, dedup, handlers = self.environment, self.dedup, self.handlers
-        completed, count = self.completed, self._count
-        stopped = phase in STOPPED_PHASES
-        live_held = phase is Phase.REPLAY  # live messages are held back during replay
-        check, handler_of = dedup.check_and_add, handlers.get
-        held = self.held if self.held.watching else None
-        gates = self.held.gates
-        todo: list[_Todo] = []
-        append = todo.append
-        runs = dups = 0
-        for env in envs:
-            if held is not None and env.replay:
-                held.seen(env.message_id)  # its held copy is superseded by this logged one
-                if held.opened:  # a sender's refused copies went by: what it held follows
-                    d = count(env, decide(env, phase, environment, dedup, handlers, completed))
-                    if d is not None:
-                        append((env, d.handler, d.message) if d.action == RUN else (env, None, d))
-                    todo.extend(self._opened_todo(phase))
-                    self._queue_now = True  # the caller queues todo under the lock
-                    continue
-            if (completed is None and not stopped and env.environment == environment
-                    and (env.replay or not (live_held or (gates and env.sender in gates)))):
-                h = handler_of(env.message_type)
-                if h is not None:
-                    if not check(env.message_id):
-                        dups += 1
-                        continue
-                    try:
-                        append((env, h, h.message_type.serializer.decode(env.payload)))
-                        runs += 1
-                        continue
-                    except Exception:  # noqa: BLE001 - decided (and reported) below
-                        dedup.forget(env.message_id)
-                d = count(env, decide_admitted(env, dedup, handlers, completed))
-            elif (not env.replay and gates and env.sender in gates and not stopped
-                  and env.environment == environment):
-                d = count(env, Decision(HOLD))  # behind its sender's refused ones
-            else:
-                d = count(env, decide(env, phase, environment, dedup, handlers, completed))
-            if d is not None:
-                append((env, d.handler, d.message) if d.action == RUN else (env, None, d))
-        self._admitting += runs
-        if dups:
-            self._duplicates += dups
-            self.stats["duplicates"] += dups
-        return todo
+    @property
+    def completed(self) -> CompletedIds | None:
+        """The persisted dedup store (None: off)."""
+        return self._admission.completed
 
-    def _opened_todo(self, phase: Phase) -> list[_Todo]:
-        """Under the lock: the held messages that gates just opened let go (none during
-        replay: everything held waits for the release then), decided for ``phase``."""
-        held = self.held
-        senders, held.opened = held.opened, []
-        if phase is Phase.REPLAY or phase in STOPPED_PHASES or not senders:
-            return []
-        return self._decide_released(held.take_open(senders), phase)
+    @completed.setter
+    def completed(self, completed: CompletedIds | None) -> None:
+        self._admission.completed = completed
 
-    def _decide_released(self, envs: list[Envelope], phase: Phase) -> list[_Todo]:
-        """Under the lock: held messages let go, decided for ``phase`` (no gate: they are
-        the ones it let through)."""
-        out: list[_Todo] = []
-        for env in envs:
-            d = self._count(env, decide(env, phase, self.environment, self.dedup,
-                                        self.handlers, self.completed))
-            if d is not None:
-                out.append((env, d.handler, d.message) if d.action == RUN else (env, None, d))
-        return out
+    @property
+    def delivery_limit(self) -> int:
+        """The queues' delivery limit: a nak that reaches it is not delivered again here
+        (the queues dead-letter the message), like any failure."""
+        return self._failures.delivery_limit
 
-    def _queue_locked(self, todo: list[_Todo]) -> list[tuple[Envelope, Decision]]:
+    @delivery_limit.setter
+    def delivery_limit(self, limit: int) -> None:
+        self._failures.delivery_limit = limit
+
+    @property
+    def schedule(self) -> Callable[[float, Callable[[], None]], Cancellable]:
+        """Runs a function after a delay in seconds (the test double: on the bus's clock)."""
+        return self._failures.schedule
+
+    @schedule.setter
+    def schedule(self, schedule: Callable[[float, Callable[[], None]], Cancellable]) -> None:
+        self._failures.schedule = schedule
+
+    def _queue_locked(self, todo: list[Todo]) -> list[tuple[Envelope, Decision]]:
         """Under the lock: queue ``todo``'s runs on their senders' lanes at once (slots
         taken without waiting), so nothing decided later can overtake them; returns the
         failures and completed-before ones for :meth:`_finish_others`, outside the lock."""
@@ -234,43 +149,37 @@ class Inbox:
         else:
             for sender, items in runs.items():
                 for env, h, m in items:
-                    self._submit(sender, self._timed(Job(env, h, m, self.peer_id, self._finish,
-                                                         self._is_abandoning)))
-        self._admitting -= queued
-        if not self._admitting:
+                    self._submit(sender, self._timed(self._job(env, h, m)))
+        if self._admission.submitted(queued):
             self._admitted.notify_all()
         return others
 
     def _finish_others(self, others: list[tuple[Envelope, Decision]]) -> None:
+        """Outside the lock: report the failures, ack the completed-before ones."""
         for env, d in others:
             if d.action == FAIL:
-                self._report(env, d)
+                self._failures.report(env, d)
                 continue
             try:
                 self._on_success(env)  # completed by an earlier incarnation: acked only
             finally:
                 self._admitted_done(1)
 
-    def _report(self, env: Envelope, d: Decision) -> None:
-        log.warning("peer %s: %s (message %s from %s) - not acked, reported",
-                    self.peer_id, d.reason, env.message_id, env.sender)
-        self._on_failure(env, d.reason, d.kind)
-
     def _admitted_done(self, n: int) -> None:
+        """``n`` admitted messages were submitted, acked or reported (takes the lock)."""
         with self._lock:
-            self._admitting -= n
-            if not self._admitting:
+            if self._admission.submitted(n):
                 self._admitted.notify_all()
 
     def accept(self, env: Envelope, phase: Phase | None = None) -> None:
         """Take one arriving message (blocks while ``limit`` messages are unfinished);
         ``phase`` overrides the inbox's phase (for held-back messages being released)."""
         with self._lock:
-            d = self._apply(env, phase or self.phase)
+            d = self._admission.apply(env, phase or self.phase)
             if self.held.opened:  # its sender's held messages follow it: queue them now
                 todo = [] if d is None else [
                     (env, d.handler, d.message) if d.action == RUN else (env, None, d)]
-                todo.extend(self._opened_todo(phase or self.phase))
+                todo.extend(self._admission.opened_todo(phase or self.phase))
                 others = self._queue_locked(todo)
                 d = None
             else:
@@ -280,17 +189,14 @@ class Inbox:
         if d is None:
             return
         if d.action == FAIL:
-            self._report(env, d)
+            self._failures.report(env, d)
             return
         try:
             if d.action == DROP:  # completed by an earlier incarnation: acked, not run again
                 self._on_success(env)
                 return
-            if self._slots is not None:
-                self._slots.take()
             assert d.handler is not None
-            self._submit(env.sender, self._timed(Job(env, d.handler, d.message, self.peer_id,
-                                                     self._finish, self._is_abandoning)))
+            self._submit_one(env, d.handler, d.message)
         finally:
             self._admitted_done(1)
 
@@ -300,20 +206,20 @@ class Inbox:
         them in order, without a thread handoff each). Blocks like :meth:`accept` while
         ``limit`` messages are unfinished: what was gathered is submitted first. Returns
         how many of ``envs`` were not dropped as duplicates."""
-        submit_many = self._submit_many
+        submit_many, admission = self._submit_many, self._admission
         if submit_many is None:
             with self._lock:
-                before = self._duplicates
+                before = admission.duplicates
             for env in envs:
                 self.accept(env)
             with self._lock:  # approximate: other paths may drop duplicates meanwhile
-                return len(envs) - (self._duplicates - before)
+                return len(envs) - (admission.duplicates - before)
         with self._lock:
-            before = self._duplicates
-            todo = self._apply_many(envs, self.phase)
-            fresh = len(envs) - (self._duplicates - before)
-            if self._queue_now:  # a gate opened: its held messages go right behind
-                self._queue_now = False
+            before = admission.duplicates
+            todo = admission.apply_many(envs, self.phase)
+            fresh = len(envs) - (admission.duplicates - before)
+            if admission.queue_now:  # a gate opened: its held messages go right behind
+                admission.queue_now = False
                 others = self._queue_locked(todo)
                 todo = []
             else:
@@ -334,7 +240,7 @@ class Inbox:
             for env, h, m in todo:
                 if h is None:
                     if m.action == FAIL:
-                        self._report(env, m)
+                        self._failures.report(env, m)
                     else:  # DROP: completed by an earlier incarnation, acked only
                         self._on_success(env)
                     continue
@@ -366,102 +272,26 @@ class Inbox:
         without doing anything when the chunk needs the general path: no batch executor,
         the persisted dedup store, a type without a plain handler, a payload that does not
         decode, the peer stopping, or an id the held-back list watches for."""
-        if self._submit_many is None or self.completed is not None or not len(cols):
-            return None
-        handler_of = self.handlers.get
-        kinds: dict[str, Handler] = {}
-        for name in set(cols.types):
-            h = handler_of(name)
-            if h is None or h.is_async:
-                return None
-            kinds[name] = h
-        try:  # outside the lock: the general path says which payload is bad, and why
-            if len(kinds) == 1:
-                h = next(iter(kinds.values()))
-                handlers = [h] * len(cols)
-                messages = decode_all(h.message_type.serializer, cols.payloads)
-            else:
-                handlers = [kinds[name] for name in cols.types]
-                messages = [h.message_type.serializer.decode(p)
-                            for h, p in zip(handlers, cols.payloads, strict=True)]
-        except Exception:  # noqa: BLE001 - a user serializer may raise anything
-            return None
-        with self._lock:
-            held = self.held
-            if self.phase in STOPPED_PHASES or (held.watching and held.watches_any(cols.ids)):
-                return None
-            dups = self.dedup.check_and_add_many(cols.ids)
-            fresh = len(cols) - len(dups)
-            self._admitting += fresh
-            if dups:
-                self._duplicates += len(dups)
-                self.stats["duplicates"] += len(dups)
-        try:
-            if not dups:
-                positions: list[int] = list(range(len(cols)))
-            else:
-                skip = set(dups)
-                positions = [i for i in range(len(cols)) if i not in skip]
-            slots, submit = self._slots, self._submit
-            for sender, run in sender_runs(cols.senders, positions).items():
-                at = 0
-                while at < len(run):
-                    k = len(run) - at if slots is None else slots.take(len(run) - at)
-                    part = run[at:at + k] if at or k < len(run) else run
-                    try:
-                        submit(sender, self._timed(ColumnRun(
-                            cols, part, handlers, messages, self.peer_id,
-                            self._finish_columns, self._is_abandoning), k))
-                    except BaseException:
-                        if slots is not None:
-                            slots.give(k)  # not submitted: nothing will give them back
-                        raise
-                    at += k
-        finally:
-            if fresh:
-                self._admitted_done(fresh)
-        return fresh
+        return self._columns.accept(cols, self.handlers, self.completed)
 
-    def _finish_columns(self, run: ColumnRun, failed: dict[int, BaseException],
-                        abandoned: int) -> None:
-        """A :class:`ColumnRun` finished: what ran without failing is acked together,
-        ``failed`` reported (by position), ``abandoned`` (not run) forgotten."""
-        positions, cols = run.positions, run.cols
-        if self._slots is not None:
-            self._slots.give(len(positions))
-        ran: Sequence[int] = positions
-        if abandoned:
-            self.stats["abandoned"] += abandoned
-            ran = positions[:len(positions) - abandoned]
-        ok = [k for k in ran if k not in failed] if failed else ran
-        if ok:
-            self.stats["handled"] += len(ok)
-            if self._on_success_columns is not None:
-                self._on_success_columns(cols, ok)
-            else:
-                envs = [cols.envelope(k) for k in ok]
-                if self._on_success_many is not None:
-                    self._on_success_many(envs)
-                else:
-                    for env in envs:
-                        self._on_success(env)
-        for k, error in failed.items():
-            self._failed(cols.envelope(k), error)
+    def _admit_chunk(self, ids: list[str]) -> list[int] | None:
+        """:meth:`Admission.apply_ids` under the lock, for :meth:`accept_columns`."""
+        with self._lock:
+            return self._admission.apply_ids(ids, self.phase)
 
     def _submit_runs(self, runs: dict[str, list[tuple[Envelope, Handler, Any]]]) -> None:
         """Each sender's run as one :class:`RunJob` (plain handlers), or as single jobs
         submitted together when one of its handlers is ``async def``."""
         assert self._submit_many is not None
         completed = self.completed
-        after_each = self._record_persistent if completed is not None else None
+        after_each = self._finisher.record_persistent if completed is not None else None
         for sender, items in runs.items():
             if any(h.is_async for _, h, _ in items):
-                self._submit_many(sender, [self._timed(Job(env, h, m, self.peer_id, self._finish,
-                                                           self._is_abandoning))
+                self._submit_many(sender, [self._timed(self._job(env, h, m))
                                            for env, h, m in items])
             else:
                 self._submit(sender, self._timed(RunJob(items, self.peer_id, after_each,
-                                                        self._finish_run, self._is_abandoning),
+                                                        self._finisher.run, self._is_abandoning),
                                                  len(items)))
         runs.clear()
 
@@ -472,7 +302,7 @@ class Inbox:
         deadline = time.monotonic() + timeout
         with self._lock:
             self.phase = phase
-            while self._admitting:
+            while self._admission.admitting:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -487,101 +317,19 @@ class Inbox:
         dropped unhandled and unacked (the next incarnation gets it again)."""
         self.abandoning = True
 
-    def _finish(self, job: Job, error: BaseException | None) -> None:
-        if self._slots is not None:
-            self._slots.give()
-        env = job.env
-        if error is ABANDONED:
-            self.stats["abandoned"] += 1
-            return
-        if error is None:
-            self.stats["handled"] += 1
-            self._record_persistent(env)
-            self._on_success(env)
-            return
-        self._failed(env, error)
+    def _stopping(self) -> bool:
+        """Whether the peer gave up on queued work or is stopping (nothing runs again)."""
+        return self._is_abandoning() or self.phase in STOPPED_PHASES
 
-    def _finish_run(self, ok: list[Envelope],
-                    failed: list[tuple[Envelope, BaseException]], abandoned: int = 0) -> None:
-        """A :class:`RunJob` finished: ``ok`` are acked together, ``failed`` reported,
-        ``abandoned`` (not run: the peer gave up on queued work) forgotten."""
-        if self._slots is not None:
-            self._slots.give(len(ok) + len(failed) + abandoned)
-        if abandoned:
-            self.stats["abandoned"] += abandoned
-        if ok:
-            self.stats["handled"] += len(ok)
-            if self._on_success_many is not None:
-                self._on_success_many(ok)
-            else:
-                for env in ok:
-                    self._on_success(env)
-        for env, error in failed:
-            self._failed(env, error)
+    def _job(self, env: Envelope, h: Handler, m: Any) -> Job:
+        """The job that runs ``h`` on ``env``'s message ``m``."""
+        return Job(env, h, m, self.peer_id, self._finisher.job, self._is_abandoning)
 
-    def _record_persistent(self, env: Envelope) -> None:
-        completed = self.completed
-        if completed is not None and env.persistent:
-            self._record_completed(completed, env)
-
-    def _failed(self, env: Envelope, error: BaseException) -> None:
-        if isinstance(error, Nak) and self._nak(env, error):
-            return
-        term = isinstance(error, Term)
-        with self._lock:
-            if term:
-                self.stats["terminated"] += 1  # stays in dedup: not run again here
-            else:
-                self.dedup.forget(env.message_id)
-            self.stats["handler_failed"] += 1
-        if term:
-            assert isinstance(error, Term)
-            log.info("peer %s: handler for %s terminated message %s from %s: %s",
-                     self.peer_id, env.message_type, env.message_id, env.sender, error.reason)
-            self._on_failure(env, f"terminated: {error.reason}", TERM)
-            return
-        reason = f"{type(error).__name__}: {error}"
-        log.warning("peer %s: handler for %s failed on message %s from %s: %s - not acked",
-                    self.peer_id, env.message_type, env.message_id, env.sender, reason)
-        self._on_failure(env, reason, "handler")
-
-    def _nak(self, env: Envelope, nak: Nak) -> bool:
-        """A handler nak'ed ``env``: record the failed delivery and deliver it again here
-        after the delay (it stays in the dedup window meanwhile, so a replayed or resent
-        copy is not run beside it). False when it is not delivered again here: at the
-        delivery limit (the queues dead-letter it), stopping, or its handler is gone."""
-        handler = self.handlers.get(env.message_type)
-        count = env.delivery_count + 1
-        if handler is None or count >= self.delivery_limit or self._is_abandoning() \
-                or self.phase in STOPPED_PHASES:
-            return False
-        delay = nak.delay if nak.delay is not None else handler.nak_delay(env.delivery_count)
-        with self._lock:
-            self.stats["handler_failed"] += 1
-            self.stats["naks"] += 1
-        self._on_failure(env, f"nak: again after {delay:g} s", "nak")
-        again = replace(env, delivery_count=count)
-        with self._lock:
-            self._naks[env.message_id] = self.schedule(
-                delay, lambda: self._deliver_again(again, handler))
-        return True
-
-    def _deliver_again(self, env: Envelope, handler: Handler) -> None:
-        """A nak's delay is over: run ``env`` again (unless the peer stopped meanwhile: the
-        message is not acked, so its next incarnation gets it)."""
-        with self._lock:
-            self._naks.pop(env.message_id, None)
-        if self._is_abandoning() or self.phase in STOPPED_PHASES:
-            return
-        try:
-            message = handler.message_type.serializer.decode(env.payload)
-        except Exception as exc:  # noqa: BLE001 - it decoded before; report, never raise here
-            self._failed(env, exc)
-            return
+    def _submit_one(self, env: Envelope, h: Handler, m: Any) -> None:
+        """Submit the job of ``env`` on its sender's lane (an inbox slot taken, waiting)."""
         if self._slots is not None:
             self._slots.take()
-        self._submit(env.sender, self._timed(Job(env, handler, message, self.peer_id,
-                                                 self._finish, self._is_abandoning)))
+        self._submit(env.sender, self._timed(self._job(env, h, m)))
 
     def _timed(self, job: Job | RunJob | ColumnRun, n: int = 1) -> Any:
         """``job`` (of ``n`` messages), timed when it holds the sampled message."""
@@ -592,27 +340,11 @@ class Inbox:
 
     def naks_waiting(self) -> int:
         """Messages nak'ed and waiting for their delay."""
-        with self._lock:
-            return len(self._naks)
+        return self._failures.waiting()
 
     def cancel_naks(self) -> int:
-        """Stop every nak's wait (the peer stops: those messages are not acked, the next
-        incarnation gets them); returns how many."""
-        with self._lock:
-            timers, self._naks = list(self._naks.values()), {}
-        for t in timers:
-            t.cancel()
-        return len(timers)
-
-    def _record_completed(self, completed: CompletedIds, env: Envelope) -> None:
-        """Persist the id before the ack is queued; a failed write is logged (the ack
-        still goes: once it is in Kafka the message is not delivered again anyway)."""
-        try:
-            completed.record(env.message_id, self.clock_ms())
-        except Exception as exc:  # noqa: BLE001 - the store must not lose the ack
-            self.stats["dedup_store_errors"] += 1
-            log.error("peer %s: could not record message %s in the dedup store: %s",
-                      self.peer_id, env.message_id, exc)
+        """Stop every nak's wait (the peer stops); returns how many."""
+        return self._failures.cancel()
 
     def release(self, phase: Phase) -> None:
         """Move to ``phase`` (HANDOVER or NORMAL), dispatching the held-back messages in
@@ -626,95 +358,57 @@ class Inbox:
         wait for those copies (see :mod:`tidemark.peer_client.held`)."""
         with self._lock:
             self.held.opened.clear()  # everything that may go, goes now
-            todo = self._decide_released(self.held.take_open(), phase)
+            todo = self._admission.decide_released(self.held.take_open(), phase)
             others = self._queue_locked(todo)
             self.phase = phase
         self._finish_others(others)
 
+    def _let_go(self) -> tuple[int, list[tuple[Envelope, Decision]]]:
+        """Under the lock: queue what the gates that just opened let go; how many went, and
+        the failures and completed-before ones for :meth:`_finish_others`."""
+        todo = self._admission.opened_todo(self.phase)
+        return len(todo), self._queue_locked(todo)
+
     def wait_for_log(self, sender: str, floor: int) -> bool:
-        """A direct batch from ``sender`` follows its unmarked Sends up to txlog offset
-        ``floor``: unless the follower is past it, the sender's messages from now on are
-        held until it is (True then)."""
-        with self._lock:
-            if floor < self._log_position:
-                return False
-            self.held.gate_floor(sender, floor, time.monotonic())
-            self.stats["waited_for_log"] += 1
-            return True
+        """:meth:`HeldGates.wait_for_log`: hold ``sender``'s messages until the follower
+        passes txlog offset ``floor`` (True), unless it is past it already."""
+        return self._gates.wait_for_log(sender, floor)
 
     def next_floor(self) -> int:
         """The lowest txlog offset a direct batch waits for the follower to pass (-1: none)."""
-        with self._lock:
-            floors = self.held.floors
-            return floors[0][0] if floors else -1
+        return self._gates.next_floor()
 
     def log_position(self, position: int) -> None:
-        """The follower dispatched txlog below ``position``: senders waiting for it go on,
-        behind what it dispatched."""
-        with self._lock:
-            if position > self._log_position:
-                self._log_position = position
-            self.held.pass_floor(position)
-            if not self.held.opened:
-                return
-            others = self._queue_locked(self._opened_todo(self.phase))
-        self._finish_others(others)
+        """The follower dispatched txlog below ``position`` (:meth:`HeldGates.log_position`)."""
+        self._gates.log_position(position)
 
     def expire_gates(self, wait_s: float) -> int:
-        """Open the gates of senders whose refused copies have not come for ``wait_s``
-        (the sender may have died before its append) and dispatch what they held; returns
-        how many messages went."""
-        with self._lock:
-            senders = self.held.expire(time.monotonic(), wait_s)
-            if not senders:
-                return 0
-            todo = self._opened_todo(self.phase)
-            others = self._queue_locked(todo)
-        self._finish_others(others)
-        log.warning("peer %s: refused messages of %s not seen in txlog within %.0f s;"
-                    " releasing %d message(s) held behind them", self.peer_id,
-                    ", ".join(sorted(senders)), wait_s, len(todo))
-        return len(todo)
+        """Open the gates whose refused copies have not come for ``wait_s``
+        (:meth:`HeldGates.expire`); returns how many messages went."""
+        return self._gates.expire(wait_s)
 
     def hold_room(self, n: int, nbytes: int, persistent_ids: Sequence[str] = (),
                   sender: str = "") -> bool:
-        """Whether a direct batch of ``n`` messages (``nbytes`` of payload) from ``sender``
-        may be held back now; counts them as refused if not (and remembers
-        ``persistent_ids`` until their logged copies go by: ``sender`` is gated until then).
-        True when nothing is held: outside replay, unless ``sender`` is gated."""
-        with self._lock:
-            held = self.held
-            if ((self.phase is not Phase.REPLAY and sender not in held.gates)
-                    or held.room(n, nbytes)):
-                return True
-            held.refuse(n, persistent_ids, sender, time.monotonic())
-            self.stats["refused_held_full"] += n
-            return False
+        """Whether a direct batch from ``sender`` may be held back now, else refused and
+        counted (:meth:`HeldGates.hold_room`)."""
+        return self._gates.hold_room(n, nbytes, persistent_ids, sender)
+
+    def forget_refused(self) -> None:
+        """Stop waiting for refused messages' logged copies: every gate opens."""
+        self._gates.forget_refused()
 
     def held_unseen(self) -> int:
         """Held-back or refused persistent messages whose logged copy has not gone by."""
-        with self._lock:
-            return self.held.unseen()
+        return self._gates.unseen()
 
     def held_unseen_ids(self) -> set[str]:
         """The ids :meth:`held_unseen` counts."""
-        with self._lock:
-            return self.held.unseen_ids()
+        return self._gates.unseen_ids()
 
     def held_still_unseen(self, ids: set[str]) -> set[str]:
         """Those of ``ids`` whose logged copy has not gone by yet."""
-        with self._lock:
-            return self.held.still_unseen(ids)
-
-    def forget_refused(self) -> None:
-        """Stop waiting for refused messages' logged copies: every gate opens, and outside
-        replay what the gated senders held goes now."""
-        with self._lock:
-            self.held.forget_refused()
-            others = self._queue_locked(self._opened_todo(self.phase))
-        self._finish_others(others)
+        return self._gates.still_unseen(ids)
 
     def held_status(self) -> dict[str, Any]:
         """The held-back list's counts (``Peer.status()["held"]``)."""
-        with self._lock:
-            return self.held.status()
+        return self._gates.status()
