@@ -15,6 +15,10 @@ Sends). The record still lists the ids, so the queues job and a peer's replay ta
 as the Acks of those ids, as before; replicas index it by one key for the range instead of
 one per id, and GC releases a Send the range covers when its id is listed
 (:mod:`tidemark.replica.ack_ranges`). Live messages (no txlog position yet) are acked by id.
+:class:`RangeAcks` batches them as :class:`AckBatcher` does ids, kept per partition as
+columns (offsets, ids), so a replayed chunk is added with a slice per column, not a tuple
+per message; ``tests/property/test_peer_range_acks.py`` checks it against a list of
+``(partition, offset, id)`` cut the way it was before.
 """
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from itertools import repeat
 from typing import Any, Generic, TypeVar
 
 from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.ports import LogPort
 from tidemark.peer_client.records import Envelope
 
-__all__ = ["AckBatcher", "Acker", "chunks", "bounds", "spans", "MAX_BATCH_BYTES", "TERM"]
+__all__ = ["AckBatcher", "RangeAcks", "RangeRun", "Acker", "chunks", "bounds", "MAX_BATCH_BYTES",
+           "TERM"]
 
 #: The failure kind of a message its handler terminated (``ctx.term``): a terminal
 #: DeliveryFailed, which the queues dead-letter at once.
@@ -121,18 +125,83 @@ def bounds(ids: Sequence[str], max_ids: int,
         yield start, len(ids)
 
 
-def spans(acks: Sequence[tuple[int, int, str]], max_ids: int,
-          max_bytes: int = MAX_BATCH_BYTES) -> Iterator[tuple[list[str], tuple[int, int, int]]]:
-    """``(partition, offset, id)`` acks (in the order added) as range acks: per partition,
-    runs of :func:`chunks`' sizes, each ``(ids, (partition, lowest offset, highest))``."""
-    parts: dict[int, list[tuple[int, int, str]]] = {}
-    for ack in acks:
-        parts.setdefault(ack[0], []).append(ack)
-    for k, run in parts.items():
-        ids = [a[2] for a in run]
-        for start, end in bounds(ids, max_ids, max_bytes):
-            offsets = [a[1] for a in run[start:end]]
-            yield ids[start:end], (k, min(offsets), max(offsets))
+#: The ids of one range ack and its range: ``(partition, lowest offset, highest offset)``.
+RangeRun = tuple[list[str], tuple[int, int, int]]
+
+
+class RangeAcks:
+    """Pending range acks: the acks of messages whose txlog position is known (replayed
+    ones), per txlog partition as two columns, offsets and ids, in the order acked (a
+    replayed chunk is added with one slice per column, not a tuple per message). Once
+    ``max_batch`` are pending, or the oldest has waited ``linger_ms``, everything pending is
+    cut into :data:`RangeRun` s: per partition, in order, as :func:`bounds` cuts ids, each
+    with its partition and lowest and highest offset."""
+
+    def __init__(self, max_batch: int, linger_ms: int,
+                 max_bytes: int = MAX_BATCH_BYTES) -> None:
+        if max_batch <= 0 or linger_ms < 0:
+            raise ValueError("max_batch must be positive and linger_ms not negative")
+        self.max_batch, self.linger_ms, self.max_bytes = max_batch, linger_ms, max_bytes
+        self._parts: dict[int, tuple[list[int], list[str]]] = {}
+        self._count = 0
+        self._first_ms: int | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def next_due_ms(self) -> int | None:
+        """When the pending acks linger out, or None when nothing is pending."""
+        return None if self._first_ms is None else self._first_ms + self.linger_ms
+
+    def add(self, partition: int, offsets: Sequence[int], ids: Sequence[str],
+            now_ms: int) -> list[RangeRun]:
+        """The acks of ``ids`` at txlog ``offsets`` of ``partition`` (same length, in the
+        order acked); returns the runs of each batch that became full (``max_batch``
+        pending: that many are cut, the rest stay)."""
+        n, i = len(ids), 0
+        if n and not self._count:
+            self._first_ms = now_ms
+        out: list[RangeRun] = []
+        while n - i >= self.max_batch - self._count:
+            room = self.max_batch - self._count
+            self._put(partition, offsets[i:i + room], ids[i:i + room])
+            i += room
+            out += self.drain()
+            if i < n:
+                self._first_ms = now_ms
+        if i < n:
+            self._put(partition, offsets[i:], ids[i:])
+        return out
+
+    def _put(self, partition: int, offsets: Sequence[int], ids: Sequence[str]) -> None:
+        part = self._parts.get(partition)
+        if part is None:
+            self._parts[partition] = (list(offsets), list(ids))
+        else:
+            part[0].extend(offsets)
+            part[1].extend(ids)
+        self._count += len(ids)
+
+    def due(self, now_ms: int) -> list[RangeRun]:
+        """Everything pending, as runs, if the oldest ack has waited ``linger_ms``."""
+        if self._first_ms is not None and now_ms - self._first_ms >= self.linger_ms:
+            return self.drain()
+        return []
+
+    def drain(self) -> list[RangeRun]:
+        """Everything pending, as runs (possibly none)."""
+        parts, self._parts, self._count, self._first_ms = self._parts, {}, 0, None
+        out: list[RangeRun] = []
+        for k, (offsets, ids) in parts.items():
+            if len(ids) <= self.max_batch and \
+                    sum(map(len, ids)) + 2 * len(ids) <= self.max_bytes:
+                out.append((ids, (k, min(offsets), max(offsets))))  # one run: no cut to find
+                continue
+            for start, end in bounds(ids, self.max_batch, self.max_bytes):
+                run = offsets[start:end]
+                out.append((ids[start:end], (k, min(run), max(run))))
+        return out
 
 
 class Acker:
@@ -147,7 +216,7 @@ class Acker:
                  encode_record: Callable[[str, dict[str, Any]], bytes],
                  clock_ms: Callable[[], int], stats: Any,
                  seal: Callable[[bytes], bytes] | None = None,
-                 ranges: AckBatcher[tuple[int, int, str]] | None = None) -> None:
+                 ranges: RangeAcks | None = None) -> None:
         self.peer_id, self.environment, self.batcher = peer_id, environment, batcher
         self.ranges = ranges
         self.seal = seal  # signs the DeliveryFailed records (secure mode)
@@ -165,27 +234,32 @@ class Acker:
         batches that became due, each as one AckBatch record (a range ack for the messages
         with a txlog position)."""
         ids: list[str] = []
-        placed: list[tuple[int, int, str]] = []
+        placed: list[tuple[int, list[int], list[str]]] = []  # runs of one partition, in order
         if self.ranges is None:
             ids = [env.message_id for env in envs if env.persistent]
         else:
             for env in envs:
                 if env.persistent:
-                    if env.txlog_offset >= 0 and env.txlog_partition >= 0:
-                        placed.append((env.txlog_partition, env.txlog_offset, env.message_id))
+                    k = env.txlog_partition
+                    if env.txlog_offset >= 0 and k >= 0:
+                        if not placed or placed[-1][0] != k:
+                            placed.append((k, [], []))
+                        placed[-1][1].append(env.txlog_offset)
+                        placed[-1][2].append(env.message_id)
                     else:
                         ids.append(env.message_id)
         if not ids and not placed:
             return
         now = self.clock_ms()
+        ranged: list[RangeRun] = []
         with self._lock:
             batches = self.batcher.add_many(ids, now) if ids else []
-            ranged = self.ranges.add_many(placed, now) \
-                if placed and self.ranges is not None else []
+            if self.ranges is not None:
+                for k, offsets, run in placed:
+                    ranged += self.ranges.add(k, offsets, run, now)
         for batch in batches:
             self._append(batch)
-        for acks in ranged:
-            self._append_ranged(acks)
+        self._append_ranged(ranged)
 
     def ack_columns(self, cols: Columns, positions: Sequence[int]) -> None:
         """:meth:`ack_many` of the messages of a replayed chunk at ``positions`` (every one
@@ -202,35 +276,34 @@ class Acker:
                 self._append(batch)
             return
         offsets = cols.offsets if whole else [cols.offsets[k] for k in positions]
-        placed = list(zip(repeat(cols.partition), offsets, ids))
         with self._lock:
-            ranged = self.ranges.add_many(placed, now)
-        for acks in ranged:
-            self._append_ranged(acks)
+            ranged = self.ranges.add(cols.partition, offsets, ids, now)
+        self._append_ranged(ranged)
 
     def append_due(self, now_ms: int) -> None:
         """Append the pending batches that have lingered out (housekeeping)."""
         with self._lock:
             batch = self.batcher.due(now_ms)
-            acks = self.ranges.due(now_ms) if self.ranges is not None else None
+            runs = self.ranges.due(now_ms) if self.ranges is not None else []
         if batch:
             self._append(batch)
-        if acks:
-            self._append_ranged(acks)
+        self._append_ranged(runs)
 
     def flush(self) -> int:
         """Append every pending ack now; returns how many."""
         with self._lock:
             batch = self.batcher.drain()
-            acks = self.ranges.drain() if self.ranges is not None else []
+            runs = self.ranges.drain() if self.ranges is not None else []
         self._append(batch)
-        self._append_ranged(acks)
-        return len(batch) + len(acks)
+        return len(batch) + self._append_ranged(runs)
 
     def drop_pending(self) -> int:
         """Forget unappended acks (a crash in the test double)."""
         with self._lock:
-            ranged = len(self.ranges.drain()) if self.ranges is not None else 0
+            ranged = 0
+            if self.ranges is not None:
+                ranged = len(self.ranges)
+                self.ranges.drain()
             return len(self.batcher.drain()) + ranged
 
     def record_failure(self, env: Envelope, reason: str, kind: str) -> None:
@@ -257,16 +330,17 @@ class Acker:
             self.log_port.append(self.peer_id, self.encode_acks(ids, now), self._delivered_cb)
         self.stats["acks"] += len(batch)
 
-    def _append_ranged(self, acks: Sequence[tuple[int, int, str]]) -> None:
-        """Append ``(partition, offset, id)`` acks as range acks."""
-        if not acks:
-            return
-        assert self.ranges is not None
-        now = self.clock_ms()
-        for ids, span in spans(acks, self.ranges.max_batch):
+    def _append_ranged(self, runs: list[RangeRun]) -> int:
+        """Append each run as a range ack; returns how many acks they held."""
+        if not runs:
+            return 0
+        now, n = self.clock_ms(), 0
+        for ids, span in runs:
             self.log_port.append(self.peer_id, self.encode_acks(ids, now, span),
                                  self._delivered_cb)
-        self.stats["acks"] += len(acks)
+            n += len(ids)
+        self.stats["acks"] += n
+        return n
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from tidemark.gossip.pki import Identity
 from tidemark.log.wire import MARKER, AckBatchEncoder, Sealer, SendEncoder
-from tidemark.peer_client.acks import AckBatcher, Acker
+from tidemark.peer_client.acks import AckBatcher, Acker, RangeAcks
 from tidemark.peer_client.columns import Columns
 from tidemark.peer_client.context import RUNNING, Phase
 from tidemark.peer_client.dedup import DedupWindow
@@ -89,7 +89,7 @@ class PeerCore:
                                                        seal).encode,
                            encode_record=self.encode_record, clock_ms=clock_ms,
                            stats=self.stats, seal=seal,
-                           ranges=AckBatcher(options.replay_ack_batch, options.ack_linger_ms)
+                           ranges=RangeAcks(options.replay_ack_batch, options.ack_linger_ms)
                            if options.range_acks else None)
         #: sampled latency histograms (sends, handlers, replay batches): metrics
         self.latencies = Latencies()

@@ -14,8 +14,10 @@ A txlog record the node's :class:`~tidemark.gossip.txlog_admission.TxlogAdmissio
 (another environment's; in secure mode an Ack, AckBatch, Purge or DeliveryFailed not signed
 by who may write it) is neither stored nor indexed: it goes to ``deadletter`` with the
 reason, like a poison record, and is counted by refusal kind (:attr:`Ingestor.refused`).
-Only a Send of the node's environment takes the scanners' fast path; the other kinds are
-decoded and checked.
+A Send of the node's environment and a well-formed AckBatch take the scanners' fast path
+(the AckBatch's environment, signer and signature read by
+:func:`~tidemark.log.wire.admission_scanner` and checked as a decoded one would be); the
+other kinds, and an AckBatch the check refuses, are decoded and checked.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from tidemark.log.wire import (
     ACK,
     PURGE,
     SEND,
+    AckBatchFields,
     ack_batch_header,
+    admission_scanner,
     default_codec,
     encode_row,
     txlog_scanners,
@@ -153,6 +157,8 @@ class Ingestor:
         self._physical = {settings.topic(t): t for t in TOPICS}
         self._scanners = txlog_scanners(self.codec)
         self._batch_scan = ack_batch_header(self.codec) or (b"", lambda v: None)
+        self._admission_scan = admission_scanner(
+            list(self.codec.schema("AckBatch")["fields"])) if admission is not None else None
         self.deadletters = DeadLetters(settings, f"replica:{node_id}")
         self.on_poison: Callable[[int], None] = lambda n: None  # e.g. a metrics counter
         #: the seconds one consumed batch took to apply, commit included (once per batch)
@@ -243,6 +249,16 @@ class Ingestor:
                     k, lo, expected, expected, min(lo, offset))
         return min(lo, offset)
 
+    def _admitted_batch(self, value: bytes) -> AckBatchFields | None:
+        """What the AckBatch scanner reads of ``value`` when the admission lets it in; None
+        (the full decode then applies or dead-letters it, and says why) when it does not, or
+        the value is not one the scanner vouches for."""
+        scan, admission = self._admission_scan, self.admission
+        got = scan(value) if scan is not None else None
+        if got is None or admission is None or admission.check("AckBatch", got[1], value):
+            return None
+        return got[0]
+
     def _apply(self, msgs: list) -> int:
         """Apply one consumed batch in one write batch. Records arrive in runs per
         partition; the per-run state (interval-map run, key prefixes) changes only when the
@@ -253,6 +269,7 @@ class Ingestor:
         runs: dict[tuple[str, int], list[int]] = {}
         physical, put, qpack, scanners = self._physical, batch.wb.put, _Q.pack, self._scanners
         batch_head, scan_batch = self._batch_scan
+        admitted = self._admitted_batch
         put_record = batch.put_record
         decode = self.codec.decode
         admission, own_env = self.admission, self._own_env
@@ -300,8 +317,8 @@ class Ingestor:
                         if entry[0] == ACK:
                             put(aprefix + part, qpack(off))
                         continue
-                elif admission is None and value is not None and value[:10] == batch_head:
-                    fields = scan_batch(value)
+                elif value is not None and value[:10] == batch_head:
+                    fields = scan_batch(value) if admission is None else admitted(value)
                     if fields is not None:  # an AckBatch: one key per id, or for its range
                         put_record(k, off, value)
                         put_acks(put, k, off, fields[1], fields[2], fields[4])

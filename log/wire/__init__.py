@@ -8,9 +8,11 @@ from tidemark.log.wire.ack_batch_scanner import (
     ACK_BATCH,
     AckBatchFields,
     AckBatchScanner,
+    AdmissionScanner,
     Span,
     ack_batch_header,
     ack_batch_scanner,
+    admission_scanner,
     scan_ack_batch,
 )
 from tidemark.log.wire.codec import (
@@ -89,7 +91,7 @@ __all__ = [
     "SEND", "ACK", "PURGE", "Scanner", "Fields", "txlog_scanners", "scanner_for", "scan_send",
     "scan_ack", "scan_purge", "txlog_readers", "read_send", "read_ack", "read_purge",
     "ACK_BATCH", "AckBatchFields", "Span", "AckBatchScanner", "ack_batch_scanner",
-    "ack_batch_header", "scan_ack_batch",
+    "ack_batch_header", "scan_ack_batch", "AdmissionScanner", "admission_scanner",
     "ROW_TAG", "ROW_HEAD", "HEAD_SIZE", "Row", "RowError", "encode_row", "decode_row", "is_row",
     "entry_record", "queue_entry",
     "mark_direct", "direct_mark",

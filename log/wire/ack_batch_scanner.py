@@ -24,7 +24,7 @@ from tidemark.log.wire.varints import read_long
 from tidemark.log.wire.walk import Tail, appended_kind, tail_check, walk_strings
 
 __all__ = ["ACK_BATCH", "AckBatchFields", "Span", "AckBatchScanner", "ack_batch_scanner",
-           "ack_batch_header", "scan_ack_batch"]
+           "ack_batch_header", "scan_ack_batch", "AdmissionScanner", "admission_scanner"]
 
 #: The kind of an AckBatch among :mod:`tidemark.log.wire.scanners`' SEND, ACK and PURGE.
 ACK_BATCH = 3
@@ -33,6 +33,10 @@ ACK_BATCH = 3
 AckBatchFields = tuple[int, bytes, list[bytes], int, "Span | None"]
 Span = tuple[int, int, int]
 AckBatchScanner = Callable[[bytes], "AckBatchFields | None"]
+#: ``scan(value) -> (fields, record)`` or None: what :data:`AckBatchScanner` reads, and
+#: the fields an admission checks (``peer``, ``environment``, ``timestamp_ms``, ``signer``,
+#: ``signature``; :class:`~tidemark.gossip.txlog_admission.TxlogAdmission`).
+AdmissionScanner = Callable[[bytes], "tuple[AckBatchFields, dict[str, Any]] | None"]
 
 _BASE = [("peer", "string"), ("environment", "string"),
          ("message_ids", {"type": "array", "items": "string"}), ("timestamp_ms", "long")]
@@ -86,8 +90,8 @@ def ack_batch_scanner(fields: list[dict[str, Any]]) -> AckBatchScanner | None:
     return _scanner(tail_check(0, kinds) if kinds else _no_extras, ranged)
 
 
-def _scanner(tail: Tail, ranged: bool = False) -> AckBatchScanner:
-    def scan(v: bytes) -> AckBatchFields | None:
+def _scanner(tail: Tail, ranged: bool = False, view: bool = False) -> Any:
+    def scan(v: bytes) -> Any:
         """``(ACK_BATCH, peer, ids, timestamp, span)`` of a well-formed AckBatch; else
         None."""
         walked = walk_strings(v, 10, 2)  # peer, environment
@@ -110,9 +114,12 @@ def _scanner(tail: Tail, ranged: bool = False) -> AckBatchScanner:
                     span = (k, first, last)
         except (IndexError, UnicodeDecodeError):
             return None
+        end = p
         if p > len(v) or not tail(v, p):
             return None
         a, b = walked[1][0]
+        if view:
+            return (ACK_BATCH, v[a:b], ids, ts, span), walked[1][1], end
         return ACK_BATCH, v[a:b], ids, ts, span
     return scan
 
@@ -133,3 +140,41 @@ def ack_batch_header(codec: Codec) -> tuple[bytes, AckBatchScanner] | None:
     if scan is None:
         return None
     return MARKER + codec.fingerprint_of("AckBatch"), scan
+
+
+_SIGNED_TAIL = [("signer", "bytes"), ("signature", "bytes")]
+
+
+def admission_scanner(fields: list[dict[str, Any]]) -> AdmissionScanner | None:
+    """A scanner for a component that checks each AckBatch's environment and signer before
+    applying it: :func:`ack_batch_scanner`'s fields, and the record fields the check reads,
+    without decoding each id into a ``str`` as the codec does. None unless the schema is the
+    ranged layout ending with exactly ``signer`` and ``signature`` (then decode)."""
+    at = len(_BASE) + len(_RANGE)
+    if ack_batch_scanner(fields) is None or \
+            [(f["name"], f["type"]) for f in fields[len(_BASE):at]] != _RANGE or \
+            [(f["name"], f["type"]) for f in fields[at:]] != _SIGNED_TAIL:
+        return None
+    kinds = tuple(k for k in map(appended_kind, fields[at:]) if k is not None)
+    if len(kinds) != len(_SIGNED_TAIL):
+        return None
+    scan = _scanner(tail_check(0, kinds), True, True)
+
+    def admit_scan(v: bytes) -> tuple[AckBatchFields, dict[str, Any]] | None:
+        got = scan(v)
+        if got is None:
+            return None
+        found, (ea, eb), p = got
+        try:  # the tail check walked these two: well-formed, ending the value
+            n, p = read_long(v, p)
+            signer = v[p:p + n]
+            p += n
+            n, p = read_long(v, p)
+            signature = v[p:p + n]
+            environment = v[ea:eb].decode()
+            peer = found[1].decode()
+        except (IndexError, UnicodeDecodeError):
+            return None
+        return found, {"peer": peer, "environment": environment, "timestamp_ms": found[3],
+                       "signer": signer, "signature": signature}
+    return admit_scan

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.peer_client.acks import AckBatcher
+from tidemark.peer_client.acks import AckBatcher, RangeAcks
 
 steps = st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 50)),
                            st.tuples(st.just("tick"), st.integers(0, 50)),
@@ -80,7 +80,7 @@ def _acker(max_batch: int, ranges: bool):  # type: ignore[no-untyped-def]
     acker = Acker("bob", "default", AckBatcher(max_batch, 10_000), log_port=Log(),  # type: ignore[arg-type]
                   encode_acks=AckBatchEncoder(codec, "bob", "default").encode,
                   encode_record=codec.encode, clock_ms=lambda: 0, stats=Counter(),
-                  ranges=AckBatcher(max_batch, 10_000) if ranges else None)
+                  ranges=RangeAcks(max_batch, 10_000) if ranges else None)
     return acker, logged
 
 

@@ -16,6 +16,7 @@ from tidemark.log.wire import (
     Codec,
     ack_batch_header,
     ack_batch_scanner,
+    admission_scanner,
     default_codec,
     scan_ack_batch,
     varint,
@@ -65,6 +66,42 @@ def test_the_current_schema_has_a_scanner() -> None:
 @given(batches())
 def test_valid_batches_scan_like_the_codec(value: bytes) -> None:
     assert scan_ack_batch(value) == expected(value)  # valid: always the fast path
+
+
+ADMIT_SCAN = admission_scanner(list(schemas.load_schema("AckBatch")["fields"]))
+
+
+def expected_view(value: bytes) -> tuple | None:
+    """What a component checking the admission reads from ``value`` with the codec."""
+    try:
+        rec = CODEC.decode(value).record
+    except CodecError:
+        return None
+    return expected(value), {k: rec[k] for k in ("peer", "environment", "timestamp_ms",
+                                                 "signer", "signature")}
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches(), st.integers(0, 60), st.integers(1, 255), st.integers(0, 3))
+def test_the_admission_scan_reads_what_the_admission_checks_like_the_codec(
+        value: bytes, at: int, flip: int, cut: int) -> None:
+    """The replica's AckBatch fast path under an admission: the scanner's fields plus the
+    environment, signer, signature, peer and time the check reads, exactly as the codec
+    decodes them; a damaged value it cannot vouch for gives None (the codec then decides)."""
+    assert ADMIT_SCAN is not None
+    assert ADMIT_SCAN(value) == expected_view(value)
+    bad = bytearray(value)
+    bad[min(10 + at, len(bad) - 1)] ^= flip  # the header is the caller's check
+    for damaged in (bytes(bad), value[:len(value) - cut] if cut else value + b"\0"):
+        got = ADMIT_SCAN(damaged)
+        assert got is None or got == expected_view(damaged)
+
+
+def test_the_admission_scan_needs_the_signed_ranged_layout() -> None:
+    fields = list(schemas.load_schema("AckBatch")["fields"])
+    assert admission_scanner(fields) is not None
+    assert admission_scanner(fields[:-1]) is None
+    assert admission_scanner(fields + _EXTRA) is None
 
 
 def _blocks(peer: str, ids: list[str], sizes: list[int], ts: int, sized: bool,
