@@ -17,7 +17,7 @@ import logging
 import struct
 from collections.abc import Callable
 
-from tidemark.gossip.replay import ENTRY_RECORD
+from tidemark.gossip.replay import ENTRY_RECORD, entry_rows
 from tidemark.log.exceptions import CodecError
 from tidemark.log.wire import default_codec
 from tidemark.replica.batch import Batch
@@ -103,28 +103,9 @@ def read_queue(store: Store, partition: int, peer: str, after: int, end: int, li
     """Up to ``limit`` entries of ``peer``'s queue with txlog offsets in ``(after, end)``,
     in txlog order, as ``(offset, entry)`` (a replay row, or QueueEntry bytes); plus the last
     offset read from the index (None when nothing is left). One LevelDB snapshot: index and
-    entries agree."""
-    prefix = queue_index_prefix(partition, peer)
-    rows: list[tuple[int, bytes]] = []
-    last: int | None = None
-    if end <= after + 1 or limit <= 0:
-        return rows, None
-    snap = store.db.snapshot()
-    try:
-        qprefix, unpack, size = queue_prefix(partition), _Q.unpack_from, len(prefix)
-        for ikey, ivalue in snap.iterator(start=prefix + _Q.pack(after + 1),
-                                          stop=prefix + _Q.pack(end)):
-            last = unpack(ikey, size)[0]
-            qkey, value = index_value(ivalue)
-            if value is None:
-                value = snap.get(qprefix + qkey)
-            if value is not None:
-                rows.append((last, value))
-                if len(rows) >= limit:
-                    break
-    finally:
-        snap.close()
-    return rows, last
+    entries agree. (:func:`read_queue_framed`, unframed.)"""
+    chunks, last = read_queue_framed(store, partition, peer, after, end, limit, 1 << 62)
+    return [row for _, body in chunks for row in entry_rows(body, 0)], last
 
 
 #: A chunk of a replay: the txlog offsets of its entries and their bytes as an ``E`` message

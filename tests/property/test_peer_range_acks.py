@@ -46,8 +46,8 @@ def test_range_acks_cut_what_the_tuple_model_cuts(max_batch: int, linger: int, m
             offsets = list(range(offset, offset + 3 * len(ids), 3))[::-1]  # any order
             offset += 3 * len(ids)
             got = real.add(arg, offsets, ids, now)
-            want = [run for batch in model.add_many(list(zip([arg] * len(ids), offsets, ids)),
-                                                    now)
+            added = list(zip([arg] * len(ids), offsets, ids, strict=True))
+            want = [run for batch in model.add_many(added, now)
                     for run in _model_runs(batch, max_batch, max_bytes)]
             assert got == want
         elif op == "wait":

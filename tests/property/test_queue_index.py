@@ -10,8 +10,15 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidemark.gossip.replay import entry_rows
 from tidemark.log.wire import default_codec
-from tidemark.replica.queue_index import delete_entry, index_value, put_entry, read_queue
+from tidemark.replica.queue_index import (
+    delete_entry,
+    index_value,
+    put_entry,
+    read_queue,
+    read_queue_framed,
+)
 from tidemark.replica.store import Store, queue_index_prefix
 
 CODEC = default_codec()
@@ -52,6 +59,15 @@ def check(store: Store, model: dict[bytes, tuple[str, int, bytes]], page: int) -
             got.extend(rows)
             after = last
         assert got == want, peer
+        # the replay's framed read: the same entries, in messages of at most the cap (one
+        # larger entry alone), each listing its offsets
+        cap = 300
+        chunks, _ = read_queue_framed(store, PART, peer, -1, 1 << 40, 1 << 30, cap)
+        assert [row for offs, body in chunks for row in entry_rows(body, 0)] == want
+        for offsets, body in chunks:
+            rows = entry_rows(body, 0)
+            assert offsets == [off for off, _ in rows]
+            assert len(body) <= cap or len(rows) == 1
     index = list(store.db.iterator(prefix=queue_index_prefix(PART)))
     assert len(index) == len(model)
     assert dict(store.queue_entries(PART)) == {k: v for k, (_, _, v) in model.items()}
