@@ -47,7 +47,7 @@ from tidemark.gossip.exceptions import (
 )
 
 __all__ = ["ReplayEntry", "ReplayStream", "ERROR_KEY", "HEADER", "ENTRIES", "COMPLETE", "WAITING",
-           "encode_entries", "entries_message", "decode_entries", "entry_rows", "read_rows",
+           "encode_entries", "entries_message", "entry_rows", "read_rows",
            "ENTRY_RECORD", "ENTRIES_START", "ChunkReader",
            "DEFAULT_BATCH", "DEFAULT_WINDOW",
            "STALL_TIMEOUT_S", "request_peer"]
@@ -115,12 +115,6 @@ def entries_message(batch_no: int, unacked_at_start: int, unacked: int, body: by
     """An ``E`` message whose entries, each :data:`ENTRY_RECORD` and the entry, are ``body``
     (a replica frames them as it reads its queue index)."""
     return b"".join((ENTRIES, _META.pack(batch_no, unacked_at_start, unacked), body))
-
-
-def decode_entries(msg: bytes) -> tuple[tuple[int, int, int], list[tuple[int, bytes]]]:
-    """``((batch number, unacked at batch start, unacked), [(offset, value)])`` of an
-    ``E`` message."""
-    return _META.unpack_from(msg, 1), entry_rows(msg, ENTRIES_START)
 
 
 #: Where the entries of an ``E`` message start.
