@@ -93,7 +93,8 @@ def ack_batch_scanner(fields: list[dict[str, Any]]) -> AckBatchScanner | None:
 def _scanner(tail: Tail, ranged: bool = False, view: bool = False) -> Any:
     def scan(v: bytes) -> Any:
         """``(ACK_BATCH, peer, ids, timestamp, span)`` of a well-formed AckBatch; else
-        None."""
+        None. With ``view``: that, the environment's ``(start, end)`` and where the fields
+        after the range start (:func:`admission_scanner` reads signer and signature there)."""
         walked = walk_strings(v, 10, 2)  # peer, environment
         if walked is None:
             return None
@@ -114,12 +115,11 @@ def _scanner(tail: Tail, ranged: bool = False, view: bool = False) -> Any:
                     span = (k, first, last)
         except (IndexError, UnicodeDecodeError):
             return None
-        end = p
         if p > len(v) or not tail(v, p):
             return None
         a, b = walked[1][0]
         if view:
-            return (ACK_BATCH, v[a:b], ids, ts, span), walked[1][1], end
+            return (ACK_BATCH, v[a:b], ids, ts, span), walked[1][1], p
         return ACK_BATCH, v[a:b], ids, ts, span
     return scan
 
