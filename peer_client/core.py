@@ -393,7 +393,7 @@ class PeerCore:
         """Every counter of this peer."""
         out = dict(self.stats)
         out["sent"] = self.sender.sent
-        out["logged"] = self.outbox.logged
+        out["logged"] = self.outbox.logged + self.sender.posted_fast
         store = self.dedup_store
         if store is not None:
             out["dedup_store_ids"] = len(store)

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -46,6 +47,12 @@ class KafkaLog:
                     return
                 except BufferError:
                     continue
+
+    def appender(self) -> Callable[[bytes, str, int, KafkaCallback], None]:
+        """``append(value, key, -1, on_delivery)`` in C, with no Python frame: the producer's
+        ``produce`` with txlog bound. It raises ``BufferError`` when librdkafka's queue is
+        full, where :meth:`append` waits: the caller falls back to it."""
+        return partial(self._raw.produce, self._txlog)
 
     def append_many(self, key: str, values: list[bytes],
                     on_delivery: KafkaCallback | None = None) -> None:

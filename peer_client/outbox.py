@@ -66,6 +66,11 @@ class Outbox:
         self.detours: dict[str, list[int]] = {}
         self.logged = 0
         self.served = 0  # times the sending thread served delivery callbacks itself
+        appender = getattr(log_port, "appender", None)
+        #: ``(value, key, -1, callback)``: the send path's append, which the Kafka port does
+        #: in C; ``BufferError`` when the producer is full (then :meth:`append_now` waits)
+        self.append_fast: Callable[[bytes, str, int, Any], None] = (
+            appender() if appender is not None else self._append_port)
         self._codec = peer_codec()
 
     # ---- entry -------------------------------------------------------------------------
@@ -82,6 +87,14 @@ class Outbox:
             self.unreachable.pop(peer_id, None)
             return True
         return False
+
+    def _append_port(self, value: bytes, to: str, _partition: int, callback: Any) -> None:
+        self.log.append(to, value, callback)
+
+    def serve_now(self) -> None:
+        """Serve delivery callbacks on the sending thread (the send path, every 512 sends)."""
+        self.log.serve()
+        self.served += 1
 
     def append_now(self, to: str, value: bytes, callback: Any) -> None:
         """The send fast path: append a Send that waits for nothing (see :meth:`put_logged`).

@@ -34,6 +34,11 @@ class LogPort(Protocol):
     def serve(self) -> None:
         """Run pending completion callbacks now, if the port queues them."""
 
+    # A port may also offer ``appender()``: a callable ``(value, key, -1, on_delivery)``
+    # appending as :meth:`append` does, but raising ``BufferError`` where ``append`` would
+    # wait (the Kafka port's is the producer's ``produce`` itself). The send path uses it
+    # when there, and ``append`` otherwise.
+
 
 class DirectPort(Protocol):
     """Direct delivery to other peers."""

@@ -34,6 +34,8 @@ __all__ = ["Sender", "POST_CHUNK"]
 
 #: Messages :meth:`Sender.post_many` decides, encodes and takes flight slots for at once.
 POST_CHUNK = 1000
+#: What a payload encoder raises for a message it cannot encode (the serializers' checks).
+_PAYLOAD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError)
 
 
 class Sender:
@@ -59,6 +61,13 @@ class Sender:
         self._entry_of = directory.get
         self._busy = outbox.lanes.busy
         self._encode_send = send_encoder.encode
+        self._send_encoder = send_encoder
+        #: per message type's wire name: (the type, its bound Send encoder)
+        self._bound: dict[str, tuple[MessageType, Callable[[Any, str, str, int], bytes]]] = {}
+        self._append_fast = outbox.append_fast
+        self._serve = outbox.serve_now
+        #: posts appended by :attr:`_append_fast` (the outbox counts the others)
+        self.posted_fast = 0
         self._acquire = flight.acquire
         self._append_now = outbox.append_now
         self._detours = outbox.detours  # recipients whose unmarked appends are tracked
@@ -152,17 +161,37 @@ class Sender:
         if ((entry is not None and (entry.up or not entry.persistent))
                 or to in self._foreign or to in self._lanes or to in self._detours):
             return self._post_general(to, message, durability, timeout)
-        payload = mt.serializer.encode(message)
-        ts = self.clock_ms()
+        bound = self._bound.get(mt.name)
+        if bound is None or bound[0] is not mt:
+            bound = self._bind(mt)
         mid = f"{self._id_prefix}{next(self._seq)}"
-        value = self._encode_send(mid, to, mt.name, payload, ts)
+        try:
+            value = bound[1](message, mid, to, self.clock_ms())
+        except _PAYLOAD_ERRORS:  # the general path encodes it again and says why
+            return self._post_general(to, message, durability, timeout)
         if len(value) > self.max_bytes:
-            self._refuse_size(mt, payload, value)
+            return self._post_general(to, message, durability, timeout)  # it raises
         self._acquire(timeout)
         self.sent += 1
-        self._append_now(to, value, self._posted_cb if self.sent % SAMPLE_EVERY
-                         else self._timed_post(perf_counter()))
+        done = self._posted_cb if self.sent % SAMPLE_EVERY else self._timed_post(perf_counter())
+        try:  # in C on Kafka; BufferError when the producer is full: append_now waits
+            self._append_fast(value, to, -1, done)
+        except BufferError:
+            self._append_now(to, value, done)
+        else:
+            self.posted_fast += 1
+            if not self.posted_fast & 511:  # serve Kafka's callbacks, as a producer loop does
+                self._serve()
         return mid
+
+    def _bind(self, mt: MessageType) -> tuple[MessageType, Callable[[Any, str, str, int], bytes]]:
+        """``mt``'s encoder of a whole Send from the message (:meth:`SendEncoder.bind`)."""
+        serializer = mt.serializer
+        bound = (mt, self._send_encoder.bind(
+            mt.name, getattr(serializer, "encode_exact", None) or serializer.encode))
+        if len(self._bound) < 10_000:
+            self._bound[mt.name] = bound
+        return bound
 
     def _lean(self, to: str, durability: str) -> bool:
         """Whether a persistent message to ``to`` at ``durability`` takes the lean path: level
@@ -197,8 +226,7 @@ class Sender:
                     timeout: float | None) -> list[str]:
         if not self._lean(to, durability):
             return [self.post(to, m, durability, timeout) for m in chunk]
-        types_get, encode_send, seq, prefix = (self._types_get, self._encode_send, self._seq,
-                                               self._id_prefix)
+        types_get, bound, seq, prefix = self._types_get, self._bound, self._seq, self._id_prefix
         kinds = [types_get(type(m)) for m in chunk]
         if not all(mt is not None and mt.persistent for mt in kinds):
             return [self.post(to, m, durability, timeout) for m in chunk]
@@ -206,11 +234,17 @@ class Sender:
         ids, values = [], []
         for mt, message in zip(kinds, chunk, strict=True):
             assert mt is not None
-            payload = mt.serializer.encode(message)
+            encoder = bound.get(mt.name)
+            if encoder is None or encoder[0] is not mt:
+                encoder = self._bind(mt)
             mid = f"{prefix}{next(seq)}"
-            value = encode_send(mid, to, mt.name, payload, ts)
+            try:
+                value = encoder[1](message, mid, to, ts)
+            except _PAYLOAD_ERRORS:
+                mt.serializer.encode(message)  # raises the PayloadError that says why
+                raise
             if len(value) > self.max_bytes:
-                self._refuse_size(mt, payload, value)
+                self._refuse_size(mt, mt.serializer.encode(message), value)
             ids.append(mid)
             values.append(value)
         self.flight.acquire_many(len(values), timeout)

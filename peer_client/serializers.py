@@ -180,6 +180,9 @@ class AvroSerializer:
         # ... and straight into the constructor's arguments when no field needs converting
         self._fast_args = compile_tuple_reader(self._parsed) if _positional(cls) else None
         self.encode = self._encode_fast if self._fast else self._encode_generic  # type: ignore[method-assign]
+        #: ``encode`` for an object of exactly ``cls``, its errors unwrapped: for a caller
+        #: that has checked the type and reports a failure itself (``Peer.post``'s path)
+        self.encode_exact: Callable[[Any], bytes] = self._fast or self._encode_generic
 
     def _encode_fast(self, obj: Any) -> bytes:
         if type(obj) is not self.cls:

@@ -65,6 +65,35 @@ def test_the_send_encoder_writes_what_fastavro_writes(
                 == _fastavro(SEND, HEADER, record)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=BIG)
+@given(sender=st.text(max_size=30), environment=st.text(max_size=12),
+       sends=st.lists(st.tuples(text, st.text(max_size=30), st.sampled_from(["a.A", "b.B"]),
+                                blob, longs), min_size=1, max_size=6))
+def test_a_bound_send_encoder_writes_what_fastavro_writes(
+        sender: str, environment: str, sends: list[tuple[str, str, str, bytes, int]]) -> None:
+    """``bind``: the Send with the payload encoded from the message in the same call, for
+    any order of types, recipients and timestamps (the caches are shared with ``encode``)."""
+    enc = SendEncoder(HEADER, sender, environment, SEND)
+    bound = {name: enc.bind(name, lambda o: o.payload) for name in ("a.A", "b.B")}
+    for message_id, recipient, message_type, payload, ts in sends + sends[:1]:
+        record = {"message_id": message_id, "sender": sender, "recipient": recipient,
+                  "environment": environment, "message_type": message_type,
+                  "payload": payload, "timestamp_ms": ts, "delivery_count": 0,
+                  "direct_incarnation": None}
+        got = bound[message_type](SimpleNamespace(payload=payload), message_id, recipient, ts)
+        assert got == _fastavro(SEND, HEADER, record)
+        assert enc.encode(message_id, recipient, message_type, payload, ts) == got
+
+
+def test_a_bound_send_encoder_passes_the_payload_encoders_error_through() -> None:
+    enc = SendEncoder(HEADER, "A", "test", SEND)
+
+    def refuse(obj: Any) -> bytes:
+        raise TypeError("not a payload")
+    with pytest.raises(TypeError, match="not a payload"):
+        enc.bind("a.A", refuse)(object(), "A-1", "B", 1)
+
+
 def test_the_send_encoder_refuses_a_schema_it_does_not_write() -> None:
     grown = {**SEND, "fields": [*SEND["fields"], {"name": "priority", "type": "int",
                                                   "default": 0}]}
