@@ -22,7 +22,7 @@ settle() { echo "-- before this bench, machine $($T local settle --timeout 120 2
 # run TITLE BENCH ARGS...: a heading, the settle line, then `tidemark bench BENCH ARGS...`.
 run() { echo; echo "== $1"; settle; shift; $T bench "$@" ${BENCH_ARGS:-}; }
 SECURITY=""; [ "${BENCH_SECURITY:-1}" = 0 ] && SECURITY="--no-security-compare"
-run "bench produce (target ratio >= 0.8)" produce
+run "bench produce (LogProducer vs raw producer, target ratio >= 0.9)" produce
 run "bench send (Peer.post durability log vs raw producer, target ratio >= 0.9; Peer.post_many beside the raw producer with keys in the same runs; TLS vs --insecure, target >= 0.9)" send $SECURITY
 run "bench ingest (target >= 100k transactions/s per node)" ingest
 run "bench gc (ingest with GC running on a 1M-record store vs without, minimum age 0 and 24 h; target ratio >= 0.8)" gc
