@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 from tidemark.log.exceptions import KafkaUnreachableError, LogError, TopicsMissingError
 from tidemark.log.settings import Settings
 
-__all__ = ["watermarks", "end_offsets", "log_start_offsets", "delete_records",
+__all__ = ["watermarks", "wait_readable", "end_offsets", "log_start_offsets", "delete_records",
            "topic_partitions", "Lookup", "is_transient", "default_timeout",
            "DEFAULT_TIMEOUT_S", "TRANSIENT_CODES", "NEW_TOPIC_GRACE_S"]
 
@@ -151,6 +151,31 @@ class Lookup:
 #: How long an unknown topic is asked for again before it counts as missing: brokers learn
 #: of a topic created through another broker a moment later.
 NEW_TOPIC_GRACE_S = 3.0
+
+
+def wait_readable(settings: Settings, partitions: Mapping[str, Iterable[int]],
+                  timeout: float | None = None) -> None:
+    """Wait until ``settings``' user may look up every partition of ``partitions`` (logical
+    topic: partition ids): the watermarks of each, a refusal retried like a broker loss
+    until the deadline (topic authorization, or a topic the user's metadata does not show
+    yet). A broker enforces new ACLs once it has applied them from the cluster's metadata
+    log, a moment after the controller committed them."""
+    lookup = Lookup(settings, timeout)
+    consumer = _consumer(settings)
+    try:
+        # the cluster answers this user first: a refusal below is not an unreachable cluster
+        lookup.run("metadata", lambda try_s: consumer.list_topics(timeout=try_s))
+        for logical, ids in partitions.items():
+            topic = settings.topic(logical)
+            for p in ids:
+                tp = TopicPartition(topic, p)
+
+                def call(try_s: float, tp: TopicPartition = tp) -> None:
+                    consumer.get_watermark_offsets(tp, timeout=try_s, cached=False)
+                lookup.run(f"{settings.topic(logical)}[{p}] as this user", call,
+                           also_transient=(KafkaError.TOPIC_AUTHORIZATION_FAILED, *_UNKNOWN))
+    finally:
+        consumer.close()
 
 
 def _consumer(settings: Settings) -> Consumer:

@@ -25,9 +25,11 @@ from tests import cluster
 from tests.replicas import ends, status, txlog_ust
 from tests.support import Job, wait_for
 from tidemark.log.consumer import read_to_end
-from tidemark.log.exceptions import ConfigError
+from tidemark.log.exceptions import ConfigError, LogError
+from tidemark.log.offsets import wait_readable
 from tidemark.log.settings import Settings, load_settings
 from tidemark.peer_client.peer import Peer
+from tidemark.stack.acls import wait_granted
 from tidemark.stack.launcher import LocalStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -180,6 +182,15 @@ def test_a_peers_user_cannot_purge_and_the_operator_can(sasl_stack: LocalStack) 
     assert _count(operator, "purges") == before
     assert _append(operator, "purges", value, b"victim") is None
     assert _count(operator, "purges") == before + 1
+
+
+def test_local_up_waits_until_the_brokers_enforce_the_grants(sasl_stack: LocalStack) -> None:
+    """``local up`` starts the nodes only once every role reads what it is granted (the
+    brokers apply new ACLs a moment after the controller commits them); a topic a role is
+    not granted stays refused: the wait retries it to its deadline, then says which."""
+    wait_granted(sasl_stack.settings(), sasl_stack.role_settings, 60)
+    with pytest.raises(LogError, match=r"deadletter\[0\] as this user.*still failing"):
+        wait_readable(sasl_stack.role_settings("peer"), {"deadletter": [0]}, timeout=3)
 
 
 def test_an_unknown_role_is_one_clear_error(sasl_stack: LocalStack) -> None:

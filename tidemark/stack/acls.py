@@ -22,7 +22,7 @@ whoever signed it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from confluent_kafka.admin import (
     AclBinding,
@@ -33,9 +33,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tidemark.log.offsets import wait_readable, watermarks
 from tidemark.log.settings import TOPICS, Settings
 
-__all__ = ["ROLES", "SUPER_ROLES", "GRANTS", "acl_bindings", "grant_roles"]
+__all__ = ["ROLES", "SUPER_ROLES", "GRANTS", "acl_bindings", "grant_roles", "wait_granted"]
 
 #: Every role of a ``--sasl`` stack; the super roles bypass ACLs.
 ROLES = ("operator", "replica", "job", "peer")
@@ -82,3 +83,14 @@ def grant_roles(settings: Settings, timeout_s: float = 60.0) -> int:
     for future in admin.create_acls(bindings, request_timeout=timeout_s).values():
         future.result(timeout=timeout_s)
     return len(bindings)
+
+
+def wait_granted(operator: Settings, settings_of: Callable[[str], Settings],
+                 timeout_s: float = 60.0) -> None:
+    """Wait until the brokers enforce the roles' ACLs: each non-super role looks up every
+    partition of each topic it reads, as its own user (each partition's leader answers).
+    Without this, a node started right after :func:`grant_roles` can be refused by a broker
+    that has not applied the new ACLs yet, and exit."""
+    partitions = {t: list(watermarks(operator, t, timeout=timeout_s)) for t in TOPICS}
+    for role, grants in GRANTS.items():
+        wait_readable(settings_of(role), {t: partitions[t] for t in grants["read"]}, timeout_s)

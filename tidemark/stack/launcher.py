@@ -37,7 +37,7 @@ from tidemark.log.exceptions import ClusterLaunchError
 from tidemark.log.settings import Settings, default_state_dir, load_settings
 from tidemark.log.topics import ensure_topics
 from tidemark.spark_streaming.supervisor import STATUS_NAME, read_status
-from tidemark.stack.acls import ROLES, SUPER_ROLES, grant_roles
+from tidemark.stack.acls import ROLES, SUPER_ROLES, grant_roles, wait_granted
 from tidemark.stack.hosts import Hosts
 from tidemark.stack.processes import (
     free_ports,
@@ -141,9 +141,13 @@ class LocalStack:
         return self.hosts[host].address if host and self.hosts else "127.0.0.1"
 
     def settings(self) -> Settings:
-        """Settings pointing at this stack's cluster."""
-        role = registry.setting("stack_role").env
-        return load_settings(state_dir=self.state_dir, env={**os.environ, role: "operator"})
+        """Settings pointing at this stack's cluster (as the operator on a ``--sasl`` stack)."""
+        return self.role_settings("operator")
+
+    def role_settings(self, role: str) -> Settings:
+        """Settings pointing at this stack's cluster as ``role``'s user."""
+        key = registry.setting("stack_role").env
+        return load_settings(state_dir=self.state_dir, env={**os.environ, key: role})
 
     # ---- processes -------------------------------------------------------------------------
     def ensure(self, spec: ProcessSpec, timeout_s: float = 90.0, wait: bool = True) -> ProcessSpec:
@@ -312,6 +316,7 @@ class LocalStack:
         ensure_topics(self.settings(), timeout_s=timeout_s)
         if self.state.get("roles") and not self.state.get("acls"):
             count = grant_roles(self.settings(), timeout_s)
+            wait_granted(self.settings(), self.role_settings, timeout_s)
             self.state["acls"] = count
             self._save()
             progress(f"granted {count} topic ACLs to the replica, job and peer users")
