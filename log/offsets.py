@@ -172,7 +172,7 @@ def wait_readable(settings: Settings, partitions: Mapping[str, Iterable[int]],
 
                 def call(try_s: float, tp: TopicPartition = tp) -> None:
                     consumer.get_watermark_offsets(tp, timeout=try_s, cached=False)
-                lookup.run(f"{settings.topic(logical)}[{p}] as this user", call,
+                lookup.run(f"{topic}[{p}] as this user", call,
                            also_transient=(KafkaError.TOPIC_AUTHORIZATION_FAILED, *_UNKNOWN))
     finally:
         consumer.close()
