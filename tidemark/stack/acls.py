@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tidemark.log.offsets import wait_readable, watermarks
+from tidemark.log.offsets import topic_partitions, wait_readable
 from tidemark.log.settings import TOPICS, Settings
 
 __all__ = ["ROLES", "SUPER_ROLES", "GRANTS", "acl_bindings", "grant_roles", "wait_granted"]
@@ -91,6 +91,6 @@ def wait_granted(operator: Settings, settings_of: Callable[[str], Settings],
     partition of each topic it reads, as its own user (each partition's leader answers).
     Without this, a node started right after :func:`grant_roles` can be refused by a broker
     that has not applied the new ACLs yet, and exit."""
-    partitions = {t: list(watermarks(operator, t, timeout=timeout_s)) for t in TOPICS}
+    partitions = {t: topic_partitions(operator, t, timeout=timeout_s) for t in TOPICS}
     for role, grants in GRANTS.items():
         wait_readable(settings_of(role), {t: partitions[t] for t in grants["read"]}, timeout_s)
