@@ -29,13 +29,12 @@ from tidemark.peer_client.latency import SAMPLE_EVERY, Latencies
 from tidemark.peer_client.messages import _BY_CLASS, MessageType, message_type_of
 from tidemark.peer_client.options import LEVELS
 from tidemark.peer_client.outbox import Outbox, OutItem
+from tidemark.peer_client.serializers import ENCODE_ERRORS
 
 __all__ = ["Sender", "POST_CHUNK"]
 
 #: Messages :meth:`Sender.post_many` decides, encodes and takes flight slots for at once.
 POST_CHUNK = 1000
-#: What a payload encoder raises for a message it cannot encode (the serializers' checks).
-_PAYLOAD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError)
 
 
 class Sender:
@@ -171,7 +170,7 @@ class Sender:
         try:
             value = bound[1](message, mid, to,
                              wall() // 1_000_000 if wall is not None else self.clock_ms())
-        except _PAYLOAD_ERRORS:  # the general path encodes it again and says why
+        except ENCODE_ERRORS:  # the general path encodes it again and says why
             return self._post_general(to, message, durability, timeout)
         if len(value) > self.max_bytes:
             return self._post_general(to, message, durability, timeout)  # it raises
@@ -244,7 +243,7 @@ class Sender:
             mid = f"{prefix}{next(seq)}"
             try:
                 value = encoder[1](message, mid, to, ts)
-            except _PAYLOAD_ERRORS:
+            except ENCODE_ERRORS:
                 mt.serializer.encode(message)  # raises the PayloadError that says why
                 raise
             if len(value) > self.max_bytes:

@@ -163,6 +163,11 @@ def _positional(cls: type) -> bool:
     return all(f.init and _builder(hints[f.name]) is None for f in dataclasses.fields(cls))
 
 
+#: What encoding a payload raises for an object that does not fit its type (the serializers
+#: turn it into a PayloadError; ``encode_exact`` lets it through).
+ENCODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError)
+
+
 class AvroSerializer:
     """Avro single-object payloads for a dataclass, schema derived from its type hints."""
 
@@ -189,7 +194,7 @@ class AvroSerializer:
             raise PayloadError(f"expected {self.cls.__qualname__}, got {type(obj).__qualname__}")
         try:
             return self._fast(obj)  # type: ignore[misc]
-        except (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError) as exc:
+        except ENCODE_ERRORS as exc:
             raise PayloadError(f"cannot encode {self.cls.__qualname__}: {exc}") from None
 
     def _encode_generic(self, obj: Any) -> bytes:
@@ -199,7 +204,7 @@ class AvroSerializer:
         buf.write(self._header)
         try:
             schemaless_writer(buf, self._parsed, _to_data(obj))
-        except (ValueError, TypeError, KeyError, AttributeError, UnicodeEncodeError) as exc:
+        except ENCODE_ERRORS as exc:
             raise PayloadError(f"cannot encode {self.cls.__qualname__}: {exc}") from None
         return buf.getvalue()
 
