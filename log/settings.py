@@ -2,8 +2,10 @@
 
 Precedence, lowest first: defaults, the TOML file (``--config`` or ``TIDEMARK_CONFIG``),
 environment variables, then explicit overrides (CLI flags). Kafka client settings under
-``[kafka.client]`` (or ``TIDEMARK_KAFKA_<NAME>`` with ``_`` for ``.``) pass through untouched
-to every producer, consumer, admin client and Spark's Kafka source, so SASL and SSL work.
+``[kafka.client]`` (or ``TIDEMARK_KAFKA_<NAME>`` with ``_`` for ``.``) pass through to every
+producer, consumer, admin client and Spark's Kafka source, so SASL and SSL work, and win over
+Tidemark's own tuning; the keys durability and ordering rest on (:data:`OWNED`) and those a
+Tidemark setting controls (:data:`BY_SETTING`) are refused up front (:func:`check_client`).
 When no bootstrap is configured, the local stack's state folder supplies it.
 """
 
@@ -22,7 +24,7 @@ from tidemark.log import registry
 from tidemark.log.exceptions import ConfigError
 
 __all__ = ["Settings", "load_settings", "default_state_dir", "read_toml", "java_client_settings",
-           "check_client", "JAVA_ONLY", "jaas_quote", "TOPICS"]
+           "check_client", "JAVA_ONLY", "OWNED", "BY_SETTING", "jaas_quote", "TOPICS"]
 
 #: Logical topic names; the physical name is ``topic_prefix + name``.
 TOPICS = ("txlog", "queues", "directory", "config", "deadletter", "purges")
@@ -168,13 +170,49 @@ JAVA_ONLY = {
     "client.dns.lookup": "client.dns.lookup is Java-only; librdkafka resolves every address",
     "sasl.login.callback.handler.class": "sasl.oauthbearer.method=oidc and its settings",
 }
+#: Client keys whose value Tidemark's correctness rests on: ``[kafka.client]`` may repeat the
+#: value (any of the spellings here) but not change it.
+OWNED: dict[str, tuple[tuple[str, ...], str]] = {
+    "acks": (("all", "-1"), "a Send is acknowledged once every in-sync replica has it"),
+    "enable.idempotence": (("true",), "a retried append must not be written twice"),
+    "partitioner": (("murmur2_random",), "peers, replica nodes and Spark must agree on a"
+                                         " recipient's partition (Java's murmur2)"),
+    "isolation.level": (("read_committed",), "readers must not see aborted records"),
+    "enable.auto.commit": (("false",), "readers keep their own positions"),
+    "enable.auto.offset.store": (("false",), "readers keep their own positions"),
+    "enable.partition.eof": (("false",), "readers do not expect end-of-partition events"),
+    "auto.offset.reset": (("earliest", "smallest", "beginning"),
+                          "a position past the log start must resume at the start, not skip"),
+}
+#: Client keys a Tidemark setting of its own controls: set that instead.
+BY_SETTING = {
+    "linger.ms": "producer_linger_ms", "queue.buffering.max.ms": "producer_linger_ms",
+    "max.in.flight": "producer_max_in_flight",
+    "max.in.flight.requests.per.connection": "producer_max_in_flight",
+    "message.max.bytes": "max_message_bytes",
+}
 _CHECKED: set[frozenset[tuple[str, str]]] = set()
 
 
+def _ownership(key: str, value: str) -> str | None:
+    """Why ``key = value`` cannot be a client setting (None: it can)."""
+    if key in BY_SETTING:
+        spec = registry.setting(BY_SETTING[key])
+        return (f"{key} is set by Tidemark's own setting {spec.env} ([kafka]"
+                f" {spec.name}): set that instead")
+    owned = OWNED.get(key)
+    if owned is not None and value.strip().lower() not in owned[0]:
+        return (f"{key}={value} cannot be changed: Tidemark's clients use"
+                f" {key}={owned[0][0]} ({owned[1]})")
+    return None
+
+
 def check_client(client: Mapping[str, str], where: str = "[kafka.client]") -> None:
-    """Refuse Kafka client settings up front, with what to write instead: a Java-only key, or
-    a key or value librdkafka rejects (an unknown property, a value out of its range, a
-    certificate file that does not exist). Checked once per distinct set of settings."""
+    """Refuse Kafka client settings up front, with what to write instead: a Java-only key, a
+    key or value librdkafka rejects (an unknown property, a value out of its range, a
+    certificate file that does not exist), a key one of Tidemark's own settings controls
+    (:data:`BY_SETTING`), or a changed value of a key Tidemark relies on (:data:`OWNED`).
+    Checked once per distinct set of settings."""
     items = frozenset((str(k), str(v)) for k, v in client.items())
     if not items or items in _CHECKED:
         return
@@ -185,6 +223,7 @@ def check_client(client: Mapping[str, str], where: str = "[kafka.client]") -> No
     from confluent_kafka import KafkaException, Producer
     quiet = logging.getLogger("tidemark.librdkafka.check")
     quiet.propagate, quiet.disabled = False, True
+    complete = True
     try:
         Producer({**dict(items), "logger": quiet})
     except (KafkaException, ValueError, TypeError) as exc:
@@ -195,8 +234,13 @@ def check_client(client: Mapping[str, str], where: str = "[kafka.client]") -> No
         # client that uses them
         if not text.startswith("Failed to create"):
             raise ConfigError(f"{where}: {text}") from None
-        return
-    _CHECKED.add(items)
+        complete = False
+    for key, value in sorted(items):
+        why = _ownership(key, value)
+        if why is not None:
+            raise ConfigError(f"{where}: {why}")
+    if complete:
+        _CHECKED.add(items)
 
 
 def _default(name: str) -> Any:
@@ -256,32 +300,45 @@ class Settings:
         conf["bootstrap.servers"] = self.bootstrap
         return conf
 
+    def _tuned(self, conf: dict[str, Any], tuning: Mapping[str, Any]) -> None:
+        """Put Tidemark's tuning (its defaults and a component's own ``extra``) into ``conf``,
+        except where ``[kafka.client]`` names the key: the user's value stands."""
+        conf.update({k: v for k, v in tuning.items() if k not in self.client})
+
     def producer_config(self, **extra: Any) -> dict[str, Any]:
-        """Durable producer settings: acks=all, idempotence, Java-compatible murmur2."""
+        """Durable producer settings: acks=all, idempotence, Java-compatible murmur2. A
+        ``[kafka.client]`` key wins over the tuning here and over ``extra``, except the keys
+        :data:`OWNED` and :data:`BY_SETTING` name (refused there when they conflict)."""
         conf = self._base()
+        self._tuned(conf, {
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 500000,
+            "compression.type": "lz4",
+        })
         conf.update({
             "acks": "all",
             "enable.idempotence": True,
             "partitioner": "murmur2_random",
             "linger.ms": self.producer_linger_ms,
             "max.in.flight": self.producer_max_in_flight,
-            "batch.num.messages": 10000,
-            "queue.buffering.max.messages": 500000,
-            "compression.type": "lz4",
             "message.max.bytes": self.max_message_bytes + 4096,
         })
-        conf.update(extra)
+        self._tuned(conf, extra)
         return conf
 
     def consumer_config(self, **extra: Any) -> dict[str, Any]:
-        """Consumer settings for manual assignment (no consumer group commits)."""
+        """Consumer settings for manual assignment (no consumer group commits); a
+        ``[kafka.client]`` key wins over the tuning and ``extra`` as in :meth:`producer_config`."""
         conf = self._base()
         conf.update({
-            "group.id": "tidemark-unused",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+        })
+        self._tuned(conf, {
+            "group.id": "tidemark-unused",
             "fetch.wait.max.ms": 500,
             # librdkafka postpones a partition's next fetch by this much once its local queue
             # is over queued.min.messages / queued.max.messages.kbytes; at the default 1000 ms
@@ -289,9 +346,8 @@ class Settings:
             # then sat idle: 200 ms ingest steps with no record for up to 2.2 s of a 4.6 s
             # run (docs/replica.md, "Ingest fast path").
             "fetch.queue.backoff.ms": 10,
-            "isolation.level": "read_committed",
         })
-        conf.update(extra)
+        self._tuned(conf, extra)
         return conf
 
     def java_client_config(self) -> dict[str, str]:

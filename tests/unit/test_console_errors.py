@@ -40,8 +40,10 @@ def test_version() -> None:
     ({"TIDEMARK_KAFKA_LINGER_MS": "-5"}, ("outside allowed range",)),
     ({"TIDEMARK_PRODUCER_MAX_IN_FLIGHT": "9"}, ("between 1 and 5",)),
     ({"TIDEMARK_PARTITIONS": "many"}, ("TIDEMARK_PARTITIONS",)),
+    ({"TIDEMARK_KAFKA_ACKS": "1"}, ("acks=all",)),
+    ({"TIDEMARK_KAFKA_LINGER_MS": "5"}, ("TIDEMARK_PRODUCER_LINGER_MS",)),
 ], ids=["unknown-key", "java-only-key", "out-of-range-client", "out-of-range-setting",
-        "not-a-number"])
+        "not-a-number", "owned-key", "key-of-a-setting"])
 def test_a_bad_setting_is_one_line(env: dict[str, str], needles: tuple[str, ...],
                                    tmp_path: Any) -> None:
     one_line_error(run("queues", "depth", "--bootstrap", "127.0.0.1:1", **env), *needles)

@@ -98,3 +98,32 @@ def test_consumers_refetch_soon_after_draining_their_queue() -> None:
     conf = s.consumer_config(**{"queued.min.messages": 50000})
     assert conf["fetch.queue.backoff.ms"] <= 50
     Consumer(conf).close()
+
+
+def test_a_client_setting_wins_over_tidemarks_tuning_and_owned_keys_are_refused() -> None:
+    """``[kafka.client]`` passes through: its tuning keys (compression, fetch waits, queue
+    sizes) win over Tidemark's defaults and a component's own ``extra``; a key one of
+    Tidemark's settings controls names that setting, and a changed value of a key Tidemark's
+    correctness rests on is refused, each in one line; repeating the required value is fine."""
+    env = {"TIDEMARK_KAFKA_COMPRESSION_TYPE": "zstd", "TIDEMARK_KAFKA_FETCH_WAIT_MAX_MS": "10",
+           "TIDEMARK_KAFKA_ACKS": "all", "TIDEMARK_KAFKA_ISOLATION_LEVEL": "read_committed"}
+    s = load_settings(env=env, bootstrap="127.0.0.1:9")
+    prod = s.producer_config()
+    assert prod["compression.type"] == "zstd" and prod["acks"] == "all"
+    assert prod["batch.num.messages"] == 10000                       # not named: the default
+    assert s.consumer_config(**{"fetch.wait.max.ms": 500})["fetch.wait.max.ms"] == "10"
+    assert s.consumer_config(**{"queued.min.messages": 50000})["queued.min.messages"] == 50000
+    assert s.producer_config(**{"message.max.bytes": 99})["message.max.bytes"] == 99
+    for env, needle in [
+        ({"TIDEMARK_KAFKA_LINGER_MS": "5"}, "TIDEMARK_PRODUCER_LINGER_MS"),
+        ({"TIDEMARK_KAFKA_MESSAGE_MAX_BYTES": "2000000"}, "TIDEMARK_MAX_MESSAGE_BYTES"),
+        ({"TIDEMARK_KAFKA_MAX_IN_FLIGHT": "1"}, "TIDEMARK_PRODUCER_MAX_IN_FLIGHT"),
+        ({"TIDEMARK_KAFKA_ACKS": "1"}, "acks=all"),
+        ({"TIDEMARK_KAFKA_ENABLE_IDEMPOTENCE": "false"}, "enable.idempotence=true"),
+        ({"TIDEMARK_KAFKA_PARTITIONER": "consistent_random"}, "murmur2"),
+        ({"TIDEMARK_KAFKA_ISOLATION_LEVEL": "read_uncommitted"}, "read_committed"),
+        ({"TIDEMARK_KAFKA_AUTO_OFFSET_RESET": "latest"}, "auto.offset.reset=earliest"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            load_settings(env=env, bootstrap="127.0.0.1:9")
+        assert needle in str(info.value) and "\n" not in str(info.value), info.value
