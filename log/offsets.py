@@ -154,28 +154,44 @@ NEW_TOPIC_GRACE_S = 3.0
 
 
 def wait_readable(settings: Settings, partitions: Mapping[str, Iterable[int]],
-                  timeout: float | None = None) -> None:
+                  timeout: float | None = None,
+                  on_refused: Callable[[str], None] | None = None) -> None:
     """Wait until ``settings``' user may look up every partition of ``partitions`` (logical
     topic: partition ids): the watermarks of each, a refusal retried like a broker loss
     until the deadline (topic authorization, or a topic the user's metadata does not show
     yet). A broker enforces new ACLs once it has applied them from the cluster's metadata
-    log, a moment after the controller committed them."""
+    log, a moment after the controller committed them. ``on_refused(text)`` hears each
+    refusal before its retry.
+
+    Each retry after a refusal asks with a new client: librdkafka keeps a topic that its
+    first metadata did not show (or showed refused) as unknown, and looked it up again only
+    at its next periodic refresh, minutes later, so the same client went on failing after
+    the grant had taken effect (seen once as 120 s of "Unknown partition" at a stack's
+    start)."""
     lookup = Lookup(settings, timeout)
-    consumer = _consumer(settings)
+    consumers = [_consumer(settings)]
+    refusals = (KafkaError.TOPIC_AUTHORIZATION_FAILED, *_UNKNOWN)
+
+    def renew(err: KafkaError) -> None:
+        if err.code() in refusals:
+            consumers.append(_consumer(settings))
+            consumers.pop(0).close()
+            if on_refused is not None:
+                on_refused(err.str())
     try:
         # the cluster answers this user first: a refusal below is not an unreachable cluster
-        lookup.run("metadata", lambda try_s: consumer.list_topics(timeout=try_s))
+        lookup.run("metadata", lambda try_s: consumers[0].list_topics(timeout=try_s))
         for logical, ids in partitions.items():
             topic = settings.topic(logical)
             for p in ids:
                 tp = TopicPartition(topic, p)
 
                 def call(try_s: float, tp: TopicPartition = tp) -> None:
-                    consumer.get_watermark_offsets(tp, timeout=try_s, cached=False)
-                lookup.run(f"{topic}[{p}] as this user", call,
-                           also_transient=(KafkaError.TOPIC_AUTHORIZATION_FAILED, *_UNKNOWN))
+                    consumers[0].get_watermark_offsets(tp, timeout=try_s, cached=False)
+                lookup.run(f"{topic}[{p}] as this user", call, also_transient=refusals,
+                           on_transient=renew)
     finally:
-        consumer.close()
+        consumers[0].close()
 
 
 def _consumer(settings: Settings) -> Consumer:

@@ -193,6 +193,46 @@ def test_local_up_waits_until_the_brokers_enforce_the_grants(sasl_stack: LocalSt
         wait_readable(sasl_stack.role_settings("peer"), {"deadletter": [0]}, timeout=3)
 
 
+def test_the_wait_ends_when_a_grant_comes_after_its_first_refusal(
+        sasl_stack: LocalStack) -> None:
+    """A client whose first metadata did not show a topic (not granted yet) keeps it unknown
+    until its next periodic refresh, minutes later: the wait retries each refusal with a new
+    client, so a grant made while it waits ends it (a stack start once failed on this)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+    operator = sasl_stack.settings()
+    topic = operator.topic("deadletter")  # the peer user may not even describe it
+    spec = [(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:peer", "*", op,
+             AclPermissionType.ALLOW) for op in (AclOperation.DESCRIBE, AclOperation.READ)]
+    refused, errors = threading.Event(), []
+
+    def wait() -> None:
+        try:
+            wait_readable(sasl_stack.role_settings("peer"), {"deadletter": [0]}, timeout=60,
+                          on_refused=lambda text: refused.set())
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    admin = AdminClient(operator.admin_config())
+    try:
+        assert refused.wait(30), "the wait was never refused"
+        for future in admin.create_acls([AclBinding(*b) for b in spec]).values():
+            future.result(30)
+        waiter.join(70)
+        assert not waiter.is_alive() and errors == [], errors
+    finally:
+        for future in admin.delete_acls([AclBindingFilter(*b) for b in spec]).values():
+            future.result(30)
+        waiter.join(70)
+
+
 def test_an_unknown_role_is_one_clear_error(sasl_stack: LocalStack) -> None:
     with pytest.raises(ConfigError, match="TIDEMARK_STACK_ROLE=admin: .* no such Kafka user"):
         _as(sasl_stack, "admin")
