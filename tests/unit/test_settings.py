@@ -114,7 +114,7 @@ def test_a_client_setting_wins_over_tidemarks_tuning_and_owned_keys_are_refused(
     assert s.consumer_config(**{"fetch.wait.max.ms": 500})["fetch.wait.max.ms"] == "10"
     assert s.consumer_config(**{"queued.min.messages": 50000})["queued.min.messages"] == 50000
     assert s.producer_config(**{"message.max.bytes": 99})["message.max.bytes"] == 99
-    for env, needle in [
+    for bad, needle in [
         ({"TIDEMARK_KAFKA_LINGER_MS": "5"}, "TIDEMARK_PRODUCER_LINGER_MS"),
         ({"TIDEMARK_KAFKA_MESSAGE_MAX_BYTES": "2000000"}, "TIDEMARK_MAX_MESSAGE_BYTES"),
         ({"TIDEMARK_KAFKA_MAX_IN_FLIGHT": "1"}, "TIDEMARK_PRODUCER_MAX_IN_FLIGHT"),
@@ -125,5 +125,5 @@ def test_a_client_setting_wins_over_tidemarks_tuning_and_owned_keys_are_refused(
         ({"TIDEMARK_KAFKA_AUTO_OFFSET_RESET": "latest"}, "auto.offset.reset=earliest"),
     ]:
         with pytest.raises(ConfigError) as info:
-            load_settings(env=env, bootstrap="127.0.0.1:9")
+            load_settings(env=bad, bootstrap="127.0.0.1:9")
         assert needle in str(info.value) and "\n" not in str(info.value), info.value
