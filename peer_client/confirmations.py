@@ -44,6 +44,10 @@ class Confirmations:
         self.ends: dict[str, dict[int, tuple[int, int]]] = {}
         self._waiting: dict[tuple[str, int], list[Waiter]] = {}
         self._seq = itertools.count()
+        # (level, partition) -> (the owners it was computed for, end): what :meth:`wait`
+        # compares a new wait with, instead of computing the end again for every send;
+        # dropped by each report of the partition
+        self._known: dict[tuple[str, int], tuple[Sequence[str], int]] = {}
 
     def add(self, level: str, partition: int, offset: int, deadline: float, done: Done) -> None:
         """A send now waits for ``level`` at ``partition``/``offset``."""
@@ -52,13 +56,39 @@ class Confirmations:
         heapq.heappush(self._waiting.setdefault((level, partition), []),
                        Waiter(offset, next(self._seq), deadline, done))
 
+    def wait(self, level: str, partition: int, offset: int, deadline: float, done: Done,
+             owners: Sequence[str]) -> bool:
+        """A send waits for ``level`` at ``partition``/``offset``, the partition owned by
+        ``owners``: True if the reports so far already hold it (nothing is kept; the caller
+        completes it), else it is added (as :meth:`add`) and False. One dictionary lookup
+        for a send whose partition has had no report since the last wait."""
+        key = (level, partition)
+        known = self._known.get(key)
+        if known is not None and known[0] is owners:
+            end = known[1]
+        else:
+            if level not in LEVELS_WATCHED:
+                raise ValueError(
+                    f"level must be one of {', '.join(LEVELS_WATCHED)}, got {level!r}")
+            end = self.end(level, partition, owners)
+            self._known[key] = (owners, end)
+        if offset < end:
+            return True
+        heap = self._waiting.get(key)
+        if heap is None:
+            heap = self._waiting[key] = []
+        heapq.heappush(heap, Waiter(offset, next(self._seq), deadline, done))
+        return False
+
     def report(self, node: str, ends: Mapping[int, tuple[int, int]]) -> None:
         """``node`` applied txlog ``partition`` below ``ends[partition][0]`` and its stable cut
         covers it below ``ends[partition][1]``."""
-        known = self.ends.setdefault(node, {})
+        known, cached = self.ends.setdefault(node, {}), self._known
         for k, (applied, stable) in ends.items():
             old = known.get(k, (0, 0))
             known[k] = (max(old[0], applied), max(old[1], stable))
+            for level in LEVELS_WATCHED:
+                cached.pop((level, k), None)
 
     def end(self, level: str, partition: int, owners: Sequence[str]) -> int:
         """Below which offset ``partition`` holds at ``level`` by the reports so far."""
@@ -94,7 +124,9 @@ class Confirmations:
                 heap = waiting.get((level, k))
                 if not heap:
                     continue
-                end = self.end(level, k, owners.get(k, ()))
+                mine = owners.get(k, ())
+                end = self.end(level, k, mine)
+                self._known[(level, k)] = (mine, end)
                 while heap and heap[0][0] < end:
                     out.append(pop(heap)[3])
         return out

@@ -79,11 +79,14 @@ class Delivery:
 
     kafka_done = __call__
 
-    def logged(self, msg: Any) -> None:
-        """Record where Kafka put one Send (before a quorum/all wait)."""
-        if self.positions is None:
-            self.positions = []
-        self.positions.append((msg.partition(), msg.offset()))
+    def logged_at(self, partition: int, offset: int) -> None:
+        """Record that Kafka put one Send at txlog ``partition``/``offset`` (before a
+        quorum/all wait)."""
+        positions = self.positions
+        if positions is None:
+            self.positions = [(partition, offset)]
+        else:
+            positions.append((partition, offset))
 
     def fail(self, error: BaseException) -> None:
         """Fail every remaining part."""

@@ -246,7 +246,7 @@ class Outbox:
                 value = marked
         handle = item.handle
         callback: Callable[[Any, Any], None] = (
-            handle if item.level == LOG else self._stable_callback(handle, item.level))
+            handle if item.level == LOG else self.stable_callback(handle, item.level))
         detour = None
         if incarnation is None and to in self.detours:
             callback, detour = self._detour_callback(to, callback)
@@ -282,20 +282,24 @@ class Outbox:
             callback(err, msg)
         return on_delivery, detour
 
-    def _stable_callback(self, handle: Delivery, level: str) -> Callable[[Any, Any], None]:
+    def stable_callback(self, handle: Delivery, level: str) -> Callable[[Any, Any], None]:
+        """The delivery callback of a Send at durability ``level`` (quorum or all): once
+        Kafka acknowledged it, ``handle`` waits for the replicas (:attr:`stability`)."""
         stability = self.stability
+        wait = stability.wait if stability is not None else None
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None:
                 handle.kafka_done(err, msg)
                 return
-            if stability is None:
+            if wait is None:
                 from tidemark.peer_client.exceptions import DurabilityUnavailableError
                 handle.part_done(DurabilityUnavailableError(
                     f"durability {level!r} needs the replica nodes; none configured"))
                 return
-            handle.logged(msg)
-            stability.wait(level, msg.partition(), msg.offset(), handle.part_done)
+            k, offset = msg.partition(), msg.offset()
+            handle.logged_at(k, offset)
+            wait(level, k, offset, handle.part_done)
         return on_delivery
 
     def pending(self) -> int:

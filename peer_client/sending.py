@@ -71,6 +71,7 @@ class Sender:
         self.posted_fast = 0
         self._acquire = flight.acquire
         self._append_now = outbox.append_now
+        self._stable_callback = outbox.stable_callback
         self._detours = outbox.detours  # recipients whose unmarked appends are tracked
         self._entries_get = directory.entries_get  # dict lookups, no Python frame
         self._foreign = directory.foreign_ids
@@ -292,9 +293,9 @@ class Sender:
             # up in the directory but not reachable now (a stale heartbeat, a backoff): what
             # takes the log meanwhile must keep its place before the next direct batch
             self.outbox.begin_detour(to)
-        if (durability == "log" and mt.persistent and not self._busy(to) and logged_only
-                and to not in self._detours):
+        if mt.persistent and logged_only and not self._busy(to) and to not in self._detours:
             # the common case without direct delivery: encode and append, nothing queued
+            # (at quorum/all the append's delivery report starts the replicas' wait)
             value = self._encode_send(mid, to, mt.name, payload, ts)
             if len(value) > self.max_bytes:
                 raise OversizedMessageError(f"Send of {len(value)} bytes exceeds"
@@ -302,15 +303,16 @@ class Sender:
             self._acquire(timeout)
             self.sent += 1
             sampled = not self.sent % SAMPLE_EVERY
-            if not track:
+            if durability == "log" and not track:
                 self._append_now(to, value, self._timed_post(perf_counter()) if sampled
                                  else self._posted_cb)
                 return mid
             handle = Delivery(mid, 1, self._release)
             if sampled:
                 self._time(handle, durability)
-            self._append_now(to, value, handle)
-            return handle
+            self._append_now(to, value, handle if durability == "log"
+                             else self._stable_callback(handle, durability))
+            return handle if track else mid
         handle = Delivery(mid, 1, self._release)
         item = self._item(to, mt, payload, mid, ts, durability, handle, False, alive)
         assert item is not None

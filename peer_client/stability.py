@@ -54,7 +54,10 @@ class ReplicaStability:
         self._epoch_fn = epoch
         self._config: ConfigLog | None = None
         self._client = ReplicaClient(transport=transport)
-        self._cond = threading.Condition()
+        # entered as the plain lock (C), not through the condition's Python-level methods:
+        # every send at durability quorum/all takes it once
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._book = Confirmations()
         self._owners: dict[int, list[str]] = {}
         self._addresses: dict[str, str] = {}
@@ -63,6 +66,7 @@ class ReplicaStability:
         self._errors: dict[str, str] = {}        # node -> why its stream failed last
         self._unavailable: str | None = None     # why the cluster config could not be read
         self._closed = threading.Event()
+        self._stopping = False                   # _closed, read by wait() under the lock
         self._house: threading.Thread | None = None
         self._epoch_read = 0.0
         self._last_wait = time.monotonic()
@@ -72,16 +76,20 @@ class ReplicaStability:
         """Call ``done`` once txlog ``partition``/``offset`` holds at ``level``."""
         now = time.monotonic()
         deadline = now + self.timeout_ms / 1000
-        with self._cond:
-            if self._closed.is_set():
+        with self._lock:
+            if self._stopping:
                 ready: list[Done] = []
                 error: BaseException | None = DurabilityUnavailableError("the peer is stopping")
             else:
                 error = None
-                self._book.add(level, partition, offset, deadline, done)
                 self._last_wait = now
                 owners = self._owners.get(partition)
-                ready = self._book.settle((partition,), self._owners) if owners else []
+                if owners and self._book.wait(level, partition, offset, deadline, done, owners):
+                    ready = [done]  # the reports so far hold it already
+                else:
+                    if not owners:  # settled once the cluster config names the owners
+                        self._book.add(level, partition, offset, deadline, done)
+                    ready = []
                 if owners is None or not self._followed.issuperset(owners):
                     self._cond.notify_all()  # the housekeeping thread reads the config
                 if self._house is None:
@@ -95,13 +103,14 @@ class ReplicaStability:
 
     def pending(self) -> int:
         """Sends waiting for replicas."""
-        with self._cond:
+        with self._lock:
             return len(self._book)
 
     def close(self) -> None:
         """Stop waiting (pending sends fail as unavailable)."""
-        with self._cond:
+        with self._lock:
             self._closed.set()
+            self._stopping = True
             taken = self._book.take()
             calls = list(self._calls.values())
             self._cond.notify_all()
@@ -136,12 +145,12 @@ class ReplicaStability:
             self._fail_all(exc)
             return
         except Exception as exc:  # noqa: BLE001 - Kafka unreachable, bad config: retried
-            with self._cond:
+            with self._lock:
                 self._unavailable = f"cluster config unreadable: {exc}"
             return
         owners = {int(tp.split("/")[1]): list(nodes) for tp, nodes in epoch.owners().items()
                   if tp.startswith("txlog/")}
-        with self._cond:
+        with self._lock:
             self._unavailable = None
             self._owners, self._addresses = owners, dict(epoch.nodes)
             orphans = self._book.take([k for k in self._book.partitions() if not owners.get(k)])
@@ -162,7 +171,7 @@ class ReplicaStability:
                 f" {epoch.epoch}"))
 
     def _fail_all(self, error: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             taken = self._book.take()
         for _, _, w in taken:
             w.done(error)
@@ -172,7 +181,7 @@ class ReplicaStability:
         """Deadlines, the cluster config, idle streams."""
         while not self._closed.is_set():
             now = time.monotonic()
-            with self._cond:
+            with self._lock:
                 expired = self._book.expire(now)
                 pending = len(self._book)
                 unknown = any(k not in self._owners or
@@ -187,7 +196,7 @@ class ReplicaStability:
                 self._follow_config()
             for call in calls:  # nothing to wait for: let the nodes' stream threads go
                 call.cancel()  # type: ignore[attr-defined]
-            with self._cond:
+            with self._lock:
                 if not self._closed.is_set():
                     self._cond.wait(0.05 if pending else 0.5)
 
@@ -195,14 +204,14 @@ class ReplicaStability:
         """Follow ``node``'s Watch stream until idle, closed or the node leaves the config."""
         backoff = 0.05
         while not self._closed.is_set():
-            with self._cond:
+            with self._lock:
                 address = self._addresses.get(node)
                 if address is None:
                     break
             call = None
             try:
                 call = self._client.watch(address, token=self._token_for(address))
-                with self._cond:
+                with self._lock:
                     if self._closed.is_set():
                         call.cancel()
                         break
@@ -211,7 +220,7 @@ class ReplicaStability:
                     msg = json.loads(raw)
                     ends = {int(k): (int(v[0]), int(v[1]))
                             for k, v in msg.get("ends", {}).items()}
-                    with self._cond:
+                    with self._lock:
                         self._book.report(node, ends)
                         self._errors.pop(node, None)
                         ready = self._book.settle(ends, self._owners)
@@ -224,11 +233,11 @@ class ReplicaStability:
                 elif exc.code() in _REFUSED:
                     self._refused(node, exc)
                 else:
-                    with self._cond:
+                    with self._lock:
                         self._errors[node] = f"{node}: {exc.code().name}"
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 log.warning("unusable Watch message from %s: %s", node, exc)
-            with self._cond:
+            with self._lock:
                 if self._calls.get(node) is call:
                     self._calls.pop(node, None)
                 if call is not None and call.code() == grpc.StatusCode.CANCELLED \
@@ -236,13 +245,13 @@ class ReplicaStability:
                     break  # idle: the next wait starts a new follower
             self._closed.wait(backoff)
             backoff = min(1.0, backoff * 2)
-        with self._cond:
+        with self._lock:
             self._followed.discard(node)
             self._calls.pop(node, None)
 
     def _refused(self, node: str, exc: grpc.RpcError) -> None:
         """The node refused our credential: fail the waits of its partitions at once."""
-        with self._cond:
+        with self._lock:
             mine = [k for k, nodes in self._owners.items() if node in nodes]
             taken = self._book.take(mine)
             self._errors[node] = f"{node} refused the peer: {exc.details()}"
@@ -258,7 +267,7 @@ class ReplicaStability:
         return self._tokens[address]
 
     def _timeout_error(self, level: str, k: int, offset: int) -> DurabilityTimeoutError:
-        with self._cond:
+        with self._lock:
             owners = self._owners.get(k, [])
             confirmed = self._book.confirmed(level, k, offset, owners)
             errors = [self._errors[n] for n in owners if n in self._errors]

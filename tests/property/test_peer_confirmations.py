@@ -6,7 +6,7 @@ settled."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tidemark.peer_client.confirmations import Confirmations
@@ -32,6 +32,23 @@ def _holds(model: dict, level: str, k: int, offset: int) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(ops)
 def test_waits_settle_exactly_when_the_model_says(steps: list) -> None:
+    _check(steps, via_wait=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops, st.booleans())
+# a report after the last pending wait of a level settled: the next wait must see it
+@example([("wait", "quorum", 0, 0, 9), ("report", "a", 0, 5, 0), ("report", "b", 0, 5, 0),
+          ("report", "a", 0, 10, 0), ("report", "b", 0, 10, 0), ("wait", "quorum", 0, 7, 9)],
+         False)
+def test_a_wait_the_reports_hold_already_completes_at_once(steps: list, settle: bool) -> None:
+    """``Confirmations.wait`` (the peer's path): True exactly when the reports so far hold
+    the send, which then is not kept; else it settles like :meth:`add`'s (with or without a
+    settle after every step, so its cached ends are checked against reports alone too)."""
+    _check(steps, via_wait=True, settle_each=settle)
+
+
+def _check(steps: list, via_wait: bool, settle_each: bool = True) -> None:
     book = Confirmations()
     model: dict[tuple[str, int], tuple[int, int]] = {}  # (node, k) -> highest reported ends
     now = 0
@@ -43,7 +60,14 @@ def test_waits_settle_exactly_when_the_model_says(steps: list) -> None:
             i = len(waits)
             waits.append((level, k, offset, now + ttl))
             outcome[i] = []
-            book.add(level, k, offset, now + ttl, lambda e, i=i: outcome[i].append(e))
+            done = (lambda e, i=i: outcome[i].append(e))  # noqa: E731
+            if not via_wait:
+                book.add(level, k, offset, now + ttl, done)
+            elif book.wait(level, k, offset, now + ttl, done, OWNERS[k]):
+                assert _holds(model, level, k, offset), "completed before it held"
+                done(None)
+            else:
+                assert not _holds(model, level, k, offset), "kept though it held"
         elif step[0] == "report":
             _, node, k, applied, stable = step
             old = model.get((node, k), (0, 0))
@@ -53,8 +77,9 @@ def test_waits_settle_exactly_when_the_model_says(steps: list) -> None:
             now += step[1]
             for _, _, w in book.expire(now):
                 w.done("expired")
-        for done in book.settle(OWNERS, OWNERS):
-            done(None)
+        if settle_each or step[0] == "report":
+            for ready in book.settle(OWNERS, OWNERS):
+                ready(None)
         for i, (level, k, offset, deadline) in enumerate(waits):
             got = outcome[i]
             assert len(got) <= 1, "a wait completed twice"
