@@ -50,11 +50,9 @@ class Confirmations:
         self._known: dict[tuple[str, int], tuple[Sequence[str], int]] = {}
 
     def add(self, level: str, partition: int, offset: int, deadline: float, done: Done) -> None:
-        """A send now waits for ``level`` at ``partition``/``offset``."""
-        if level not in LEVELS_WATCHED:
-            raise ValueError(f"level must be one of {', '.join(LEVELS_WATCHED)}, got {level!r}")
-        heapq.heappush(self._waiting.setdefault((level, partition), []),
-                       Waiter(offset, next(self._seq), deadline, done))
+        """A send now waits for ``level`` at ``partition``/``offset`` (owners not known yet:
+        :meth:`wait` with none, which holds nothing, so the send is always kept)."""
+        self.wait(level, partition, offset, deadline, done, ())
 
     def wait(self, level: str, partition: int, offset: int, deadline: float, done: Done,
              owners: Sequence[str]) -> bool:
